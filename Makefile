@@ -1,0 +1,49 @@
+# sparkqueue: `make demo` and `make test` set everything up on a fresh machine.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Spark 4.2 needs Java 17; a newer JDK may sit beside it, so pick 17 explicitly.
+JAVA_HOME := $(or $(firstword $(wildcard /usr/lib/jvm/java-17-openjdk-amd64 /usr/lib/jvm/java-17-openjdk* /usr/lib/jvm/temurin-17*)),$(JAVA_HOME))
+export JAVA_HOME
+export SPARK_LOCAL_IP ?= 127.0.0.1
+export PYSPARK_PYTHON := $(abspath $(PY))
+export PYTHONWARNINGS := ignore::FutureWarning
+
+.PHONY: help setup java jars demo test test-fast check bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+setup: $(VENV)/.installed  ## create .venv with sparkqueue (editable) and the test tools
+
+java:  ## check that a Java 17 runtime is there
+	@if [ -z "$(JAVA_HOME)" ] || [ ! -x "$(JAVA_HOME)/bin/java" ]; then \
+	  echo "ERROR: Java 17 not found. Spark needs it: apt-get install openjdk-17-jdk-headless," ; \
+	  echo "       or set JAVA_HOME to a Java 17 installation." ; exit 1; fi
+	@"$(JAVA_HOME)/bin/java" -version 2>&1 | head -1
+
+jars: setup java  ## fetch the Delta jars from Maven Central into the Ivy cache
+	$(PY) -c "import sparkqueue; sparkqueue.session().stop(); print('Delta jars ready')"
+
+demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
+	$(PY) jobs/demo.py --root $${DEMO_ROOT:-/tmp/sparkqueue-demo}
+
+test: jars  ## set up, then run the whole test suite
+	$(PY) -m pytest tests
+
+check: setup  ## lint and type-check
+	$(VENV)/bin/ruff check sparkqueue jobs tests
+	$(VENV)/bin/mypy
+
+bench: jars  ## run the benchmark job (figures and ratios against plain Delta)
+	$(PY) jobs/benchmark.py
+
+clean:  ## remove the venv and local data
+	rm -rf $(VENV) data spark-warehouse

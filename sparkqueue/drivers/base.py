@@ -1,0 +1,79 @@
+"""The driver contract: which rows are eligible for take, and in what order.
+
+The core (sparkqueue.tube) owns the rules: states, ownership, statistics,
+events. A driver declares its capabilities as class flags and chooses the
+rows a take leases. Drivers compose: ``fifottl`` extends ``fifo`` and
+``limfifottl`` extends ``fifottl``, each overriding only what differs.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar
+
+from pyspark.sql import DataFrame
+
+__all__ = ["Driver"]
+
+
+class Driver(ABC):
+    """Base class of tube types.
+
+    Subclasses set :attr:`name` and the capability flags, and implement
+    :meth:`choose`. Register them with ``Queue.register_driver(name, cls)``.
+
+    Examples
+    --------
+    >>> class Newest(FifoDriver):          # doctest: +SKIP
+    ...     name = "newest"
+    ...     def choose(self, live, n, window):
+    ...         return live.where("eff = 'ready'").orderBy(F.desc("task_id")).limit(n)
+    """
+
+    #: The tube type's name, as given to ``create_tube(type=...)``.
+    name: ClassVar[str] = ""
+    #: ttl, ttr, delay, touch and release(delay=...) are supported.
+    uses_ttl: ClassVar[bool] = False
+    #: per-task priorities (``pri``) are supported.
+    uses_pri: ClassVar[bool] = False
+    #: a ``capacity`` bounds the live tasks; put may wait (``timeout``).
+    uses_capacity: ClassVar[bool] = False
+    #: tasks belong to sub-queues (``utube``) taken in windows.
+    uses_utube: ClassVar[bool] = False
+
+    def __init__(self, options: dict[str, Any]) -> None:
+        self.options = dict(options)
+
+    @classmethod
+    def tube_options(cls) -> set[str]:
+        """Options create_tube accepts for this type."""
+        opts = set()
+        if cls.uses_ttl:
+            opts |= {"ttl", "ttr", "delay"}
+        if cls.uses_pri:
+            opts.add("pri")
+        if cls.uses_capacity:
+            opts.add("capacity")
+        if cls.uses_utube:
+            opts.add("window")
+        return opts
+
+    @classmethod
+    def put_options(cls) -> set[str]:
+        """Options put accepts for this type."""
+        opts = {o for o in cls.tube_options() if o in ("ttl", "ttr", "delay", "pri")}
+        if cls.uses_capacity:
+            opts.add("timeout")
+        if cls.uses_utube:
+            opts.add("utube")
+        return opts
+
+    @abstractmethod
+    def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
+        """The rows a take of up to ``n`` tasks leases, from ``live``.
+
+        ``live`` holds every live task with its state at the take's time in
+        column ``eff`` (``ready``, ``taken``, ``buried``, ``delayed``, ``done``,
+        ``expired``). Return at most ``n`` rows of it (any columns, ``task_id``
+        required), all with ``eff = 'ready'``.
+        """

@@ -1,0 +1,247 @@
+"""Queue: the registry of tubes of one root, and connect()."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import time
+import uuid
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from . import storage as st
+from . import validate
+from .clock import Clock, system_clock
+from .config import Config, load_config
+from .drivers import BUILTIN_DRIVERS, Driver
+from .errors import InvalidOption, InvalidState, NotSupported, QueueError, TubeExists, TubeNotFound
+from .session import quiet_pyspark_loggers, session
+from .storage import CommitTag
+from .tube import Callback, Tube
+
+__all__ = ["Queue", "connect"]
+
+
+def connect(spark: SparkSession | None = None, root: str | None = None, *,
+            owner: str | None = None, clock: Clock | None = None) -> Queue:
+    """Open the queue at ``root`` (default from conf/) and return a :class:`Queue`.
+
+    Parameters
+    ----------
+    spark
+        A SparkSession; ``None`` means :func:`sparkqueue.session`.
+    root
+        Where the tubes live: a path or URI (``/data/queues``, ``s3a://b/q``).
+    owner
+        The consumer identity stamped on leases; a fresh unique id by default.
+        Two Queues with the same owner are the same consumer.
+    clock
+        Zero-argument callable returning epoch seconds, for every ttl, ttr,
+        delay and lease; ``time.time`` by default.
+
+    Examples
+    --------
+    >>> sq = sparkqueue.connect(root="/tmp/queues")         # doctest: +SKIP
+    >>> sq.create_tube("jobs", "fifottl", ttl=3600)         # doctest: +SKIP
+    """
+    config = load_config()
+    quiet_pyspark_loggers()
+    if owner is not None:
+        validate.owner(owner)
+    if clock is not None and not callable(clock):
+        raise InvalidOption(f"clock must be a zero-argument callable, got {clock!r}")
+    return Queue(spark or session(), root or config.root, owner=owner or uuid.uuid4().hex,
+                 clock=clock or system_clock, config=config)
+
+
+class Queue:
+    """The tubes of one root. Create with :func:`connect`."""
+
+    def __init__(self, spark: SparkSession, root: str, *, owner: str, clock: Clock,
+                 config: Config) -> None:
+        if not isinstance(root, str) or not root:
+            raise InvalidOption(f"root must be a non-empty path or URI, got {root!r}")
+        self.spark = spark
+        self.root = root
+        self._owner = owner
+        self.clock = clock
+        self.config = config
+        self._layout = st.Layout(spark, root)
+        self._drivers: dict[str, type[Driver]] = dict(BUILTIN_DRIVERS)
+        self._callbacks: dict[str, Callback] = {}
+        self._temporary: list[str] = []
+        self._layout.create_registry()
+
+    def __repr__(self) -> str:
+        return f"Queue(root={self.root!r}, owner={self.owner!r})"
+
+    @property
+    def owner(self) -> str:
+        """This Queue's consumer identity, stamped on leases."""
+        return self._owner
+
+    # -- drivers ----------------------------------------------------------------------
+
+    def register_driver(self, name: str, driver_cls: type[Driver]) -> None:
+        """Add a custom tube type; refuses to replace a registered one."""
+        validate.tube_name(name)
+        if name in self._drivers:
+            raise InvalidOption(f"driver {name!r} is already registered; drivers are not replaced")
+        if not (isinstance(driver_cls, type) and issubclass(driver_cls, Driver)):
+            raise InvalidOption(f"driver {name!r} must be a subclass of sparkqueue.Driver, "
+                                f"got {driver_cls!r}")
+        missing = getattr(driver_cls, "__abstractmethods__", frozenset())
+        if missing:
+            raise InvalidOption(f"driver {name!r} does not implement {', '.join(sorted(missing))}")
+        self._drivers[name] = driver_cls
+
+    def _driver(self, type_name: str) -> type[Driver]:
+        try:
+            return self._drivers[type_name]
+        except KeyError:
+            raise InvalidOption(f"unknown tube type {type_name!r}; known types: "
+                                f"{', '.join(sorted(self._drivers))}") from None
+
+    # -- tubes ------------------------------------------------------------------------
+
+    def create_tube(self, name: str, type: str = "fifo", *, temporary: bool = False,
+                    if_not_exists: bool = False, ttl: float | None = None,
+                    ttr: float | None = None, pri: int | None = None,
+                    delay: float | None = None, capacity: int | None = None,
+                    on_task_change: Callback | None = None, **driver_opts: Any) -> Tube:
+        """Create a tube of ``type`` (fifo, fifottl, limfifottl, ... or a registered driver).
+
+        ``ttl``, ``ttr``, ``pri`` and ``delay`` are the tube's defaults for put;
+        ``capacity`` bounds limfifottl. An option the driver does not support
+        raises :class:`InvalidOption`. Two processes racing on one name end
+        with one tube and one :class:`TubeExists`.
+
+        Examples
+        --------
+        >>> sq.create_tube("mail", "fifottl", ttl=86400, ttr=60)   # doctest: +SKIP
+        """
+        validate.tube_name(name)
+        if not isinstance(type, str):
+            raise InvalidOption(f"tube type must be a string, got {type!r}")
+        driver_cls = self._driver(type)
+        options: dict[str, Any] = {"ttl": ttl, "ttr": ttr, "pri": pri, "delay": delay,
+                                   "capacity": capacity, **driver_opts}
+        given = {k for k, v in options.items() if v is not None}
+        unsupported = given - driver_cls.tube_options()
+        if unsupported:
+            raise InvalidOption(
+                f"{type} tubes do not support option(s) {', '.join(sorted(unsupported))}; "
+                f"supported: {', '.join(sorted(driver_cls.tube_options())) or 'none'}")
+        for key in ("ttl", "ttr", "delay"):
+            if options[key] is not None:
+                options[key] = validate.seconds(key, options[key])
+        if pri is not None:
+            validate.integer("pri", pri)
+        if capacity is not None:
+            validate.count("capacity", capacity)
+        if options.get("window") is not None:
+            validate.integer("window", options["window"], minimum=1)
+        if not isinstance(temporary, bool):
+            raise InvalidOption(f"temporary must be a bool, got {temporary!r}")
+        if on_task_change is not None and not callable(on_task_change):
+            raise InvalidOption(f"on_task_change needs a callable, got {on_task_change!r}")
+        options = {k: v for k, v in options.items() if v is not None}
+        options["temporary"] = temporary
+
+        inserted = self._register(name, type, options)
+        if not inserted:
+            if if_not_exists:
+                return self.tube(name)
+            raise TubeExists(name)
+        self._layout.create_tube_tables(name)
+        if temporary:
+            self._temporary.append(name)
+            if len(self._temporary) == 1:
+                atexit.register(self._drop_temporary)
+        if on_task_change is not None:
+            self._callbacks[name] = on_task_change
+        return Tube(self, name, type, driver_cls(options), options)
+
+    def _register(self, name: str, type_name: str, options: dict[str, Any]) -> bool:
+        """Insert the registry row unless the name exists; True if this call inserted it."""
+        tag = CommitTag.new("create")
+
+        def attempt() -> bool:
+            with self._layout.tagged(tag) as sess:
+                row = sess.createDataFrame(
+                    [(name, type_name, json.dumps(options), float(time.time()))],
+                    "name string, type string, options string, created double")
+                result = (DeltaTable.forPath(sess, self._layout.registry).alias("r")
+                          .merge(row.alias("s"), "r.name = s.name")
+                          .whenNotMatchedInsertAll().execute())
+                first = result.first()
+                return bool(first is not None and int(first["num_inserted_rows"]) > 0)
+        return st.retrying(attempt, deadline=time.monotonic() + self.config.conflict_timeout,
+                           what=f"registering tube {name!r}")
+
+    def _registry_rows(self) -> dict[str, tuple[str, dict[str, Any]]]:
+        rows = self._layout.read(self._layout.registry).collect()
+        return {r["name"]: (r["type"], json.loads(r["options"])) for r in rows}
+
+    def tube(self, name: str) -> Tube:
+        """The existing tube ``name``; :class:`TubeNotFound` otherwise."""
+        validate.tube_name(name)
+        rows = self._layout.read(self._layout.registry).where(F.col("name") == name).collect()
+        if not rows:
+            raise TubeNotFound(name, self._registry_rows())
+        type_name, options = rows[0]["type"], json.loads(rows[0]["options"])
+        if type_name not in self._drivers:
+            raise QueueError(f"tube {name!r} has type {type_name!r}, which is not registered in "
+                             f"this process; call register_driver({type_name!r}, ...) first")
+        self._layout.create_tube_tables(name)  # completes a creation cut short by a crash
+        return Tube(self, name, type_name, self._drivers[type_name](options), options)
+
+    def tubes(self) -> list[str]:
+        """Names of the existing tubes, sorted."""
+        return sorted(self._registry_rows())
+
+    def statistics(self, name: str | None = None) -> dict[str, Any]:
+        """One tube's statistics, or ``{tube: stats}`` for every tube."""
+        if name is not None:
+            return self.tube(name).statistics()
+        return {n: self.tube(n).statistics() for n in self.tubes()}
+
+    def sweep(self, name: str | None = None) -> dict[str, int]:
+        """One sweeper pass (not built yet: see the sweeper issue)."""
+        raise NotSupported("sweep() is not implemented yet")
+
+    def statistics_history(self, name: str | None = None) -> DataFrame:
+        """Statistics snapshots written by sweeps (not built yet)."""
+        raise NotSupported("statistics_history() is not implemented yet")
+
+    # -- drop ---------------------------------------------------------------------------
+
+    def _drop(self, tube: Tube) -> None:
+        taken = tube._guarded(lambda: tube._live(tube._now()).where("eff = 'taken'").count())
+        if taken:
+            raise InvalidState(f"tube {tube.name!r} has {taken} taken task(s); "
+                               "ack or release them before drop()")
+
+        def remove() -> None:
+            with self._layout.tagged(CommitTag.new("drop")) as sess:
+                DeltaTable.forPath(sess, self._layout.registry).delete(
+                    F.col("name") == F.lit(tube.name))
+        st.retrying(remove, deadline=time.monotonic() + self.config.conflict_timeout,
+                    what=f"dropping tube {tube.name!r}")
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(self._layout.tube_dir(tube.name))
+        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        fs.delete(path, True)
+        self._callbacks.pop(tube.name, None)
+
+    def _drop_temporary(self) -> None:
+        for name in self._temporary:
+            try:
+                self.tube(name).drop()
+            except Exception:  # noqa: BLE001 - best effort at interpreter exit
+                pass
+

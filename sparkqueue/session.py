@@ -1,0 +1,111 @@
+"""The Delta-enabled SparkSession builder."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+from importlib import metadata
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from .config import load_config
+from .errors import QueueError
+
+__all__ = ["session", "delta_package", "quiet_pyspark_loggers", "quiet_task_failures"]
+
+
+def delta_package() -> str:
+    """The Maven coordinate of the Delta jar matching the installed pyspark."""
+    import pyspark
+
+    major_minor = ".".join(pyspark.__version__.split(".")[:2])
+    try:
+        version = metadata.version("delta-spark")
+    except metadata.PackageNotFoundError as e:  # pragma: no cover - install problem
+        raise QueueError("the delta-spark Python package is not installed") from e
+    return f"io.delta:delta-spark_{major_minor}_2.13:{version}"
+
+
+def quiet_pyspark_loggers() -> None:
+    """Stop PySpark logging every failed query: sparkqueue raises its own typed errors."""
+    from pyspark.logger import PySparkLogger
+
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
+
+
+def _check_java() -> None:
+    home = os.environ.get("JAVA_HOME")
+    if home and os.path.exists(os.path.join(home, "bin", "java")):
+        return
+    if shutil.which("java") is None:
+        raise QueueError(
+            "Java was not found: Spark needs a Java 17 runtime. Install one "
+            "(Debian: apt-get install openjdk-17-jdk-headless) and set JAVA_HOME."
+        )
+
+
+def session(
+    app_name: str = "sparkqueue",
+    master: str | None = None,
+    conf: dict[str, Any] | None = None,
+) -> SparkSession:
+    """Return a SparkSession with Delta Lake configured (extensions, catalog, jars).
+
+    Reuses the active session when one exists (a notebook's or spark-submit's
+    ``spark``). Otherwise builds one from conf/sparkqueue.toml's ``[spark]``
+    settings, then ``conf``, then ``master``; the Delta jar comes from Maven
+    Central through ``spark.jars.packages``.
+
+    Examples
+    --------
+    >>> spark = sparkqueue.session()                       # doctest: +SKIP
+    >>> spark = sparkqueue.session(master="local[4]")      # doctest: +SKIP
+    """
+    quiet_pyspark_loggers()
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    _check_java()
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings: dict[str, str] = dict(load_config().spark)
+    settings.update({str(k): str(v) for k, v in (conf or {}).items()})
+    if master is not None:
+        settings["spark.master"] = master
+    settings.setdefault("spark.master", "local[2]")
+    if "spark.jars.packages" not in settings and not os.environ.get("SPARKQUEUE_NO_PACKAGES"):
+        settings["spark.jars.packages"] = delta_package()
+    settings["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
+    settings["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        spark = builder.getOrCreate()
+    except Exception as e:
+        raise QueueError(
+            f"could not start Spark with Delta ({settings.get('spark.jars.packages')}): {e}. "
+            "Check that Java 17 is installed and that Maven Central is reachable for the "
+            "Delta jar (or that it is already in the Ivy cache)."
+        ) from e
+    spark.sparkContext.setLogLevel("ERROR")
+    quiet_task_failures(spark)
+    return spark
+
+
+def quiet_task_failures(spark: SparkSession) -> None:
+    """Keep Spark from logging a stack trace per failed task.
+
+    sparkqueue fails MERGEs on purpose (``raise_error`` guards: a batch with
+    a task in the wrong state writes nothing) and reports them as typed errors.
+    """
+    jvm = spark.sparkContext._jvm
+    if jvm is None:  # pragma: no cover - Spark Connect
+        return
+    fatal = jvm.org.apache.logging.log4j.Level.FATAL
+    for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
+                 "org.apache.spark.scheduler.TaskSchedulerImpl",
+                 "org.apache.spark.sql.delta", "org.apache.spark.util.Utils"):
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, fatal)

@@ -1,0 +1,843 @@
+"""Tube: the Tarantool queue verbs over one tube's Delta tables.
+
+The rules live here: task states and their transitions, ownership, time
+(ttl, ttr, delay, leases, from the Queue's clock), statistics and events.
+Which ready rows a take leases is the driver's (sparkqueue.drivers).
+
+Every verb that changes tasks is one Delta MERGE whose clauses carry the
+checks: a row in the wrong state or leased to someone else fails the whole
+MERGE through ``raise_error`` (nothing is written), then a diagnostic read
+names every offending id. Commit conflicts are retried, never surfaced while
+the deadline allows.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Union
+
+from delta.tables import DeltaTable
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from . import storage as st
+from . import validate
+from .drivers.base import Driver
+from .errors import (
+    CapacityExceeded,
+    InvalidOption,
+    InvalidState,
+    NotSupported,
+    QueueError,
+    SchemaMismatch,
+    TaskNotFound,
+)
+from .storage import CommitTag, effective_status, sql_num
+from .task import LIVE_STATES, Task, TaskState
+
+if TYPE_CHECKING:
+    from .queue import Queue
+
+__all__ = ["Tube", "Tasks", "URGENT_PRI"]
+
+#: ``urgent`` puts use the most urgent priority there is.
+URGENT_PRI = -(2**62)
+#: Tarantool's statistics keys, always present.
+CALL_KEYS = ("put", "take", "ack", "release", "bury", "kick", "delete", "touch", "ttl", "ttr",
+             "delay")
+#: How operations count in ``calls`` (others count under their own name).
+CALL_NAME = {"release_all": "release", "dig": "kick"}
+#: Operations whose tasks count as completed (``tasks.done``).
+COMPLETING = ("ack", "delete", "done", "ttl")
+
+Tasks = Union[int, list[int], DataFrame]
+Callback = Callable[[DataFrame, str], Any]
+Opt = Union[float, int, Column, None]
+
+
+@dataclass(frozen=True)
+class _Op:
+    """One state-changing MERGE: which rows may change, and how."""
+
+    name: str
+    guard: str | None  # SQL of the error kind for a row that must not change, or NULL
+    action: dict[str, str] | None  # UPDATE SET; None means DELETE
+    skip: str | None = None  # SQL: rows that match but are left as they are
+    missing: str = "TaskNotFound"  # error kind for ids with no row
+
+
+class Tube:
+    """One tube (queue). Get it from ``Queue.create_tube`` or ``Queue.tube``."""
+
+    def __init__(self, queue: Queue, name: str, type: str, driver: Driver,
+                 options: dict[str, Any]) -> None:
+        self._q = queue
+        self.name = name
+        self.type = type
+        self.driver = driver
+        self.options = dict(options)
+        self._ingested_upto = -1
+        self._stats_cache: dict[str, tuple[int, dict[str, int]]] = {}
+
+    def __repr__(self) -> str:
+        return f"Tube({self.name!r}, type={self.type!r})"
+
+    # -- plumbing -------------------------------------------------------------------
+
+    @property
+    def _layout(self) -> st.Layout:
+        return self._q._layout
+
+    @property
+    def _spark(self) -> SparkSession:
+        return self._q.spark
+
+    def _now(self) -> float:
+        return float(self._q.clock())
+
+    def _deadline(self, at_least: float = 0.0) -> float:
+        return time.monotonic() + max(self._q.config.conflict_timeout, at_least)
+
+    def _owner(self, owner: str | None) -> str:
+        return self._q.owner if owner is None else validate.owner(owner)
+
+    def _need_ttl(self, what: str) -> None:
+        if not self.driver.uses_ttl:
+            raise NotSupported(f"{self.type} tube {self.name!r} does not support {what}")
+
+    def _default(self, key: str) -> Any:
+        return self.options.get(key)
+
+    def _emit(self, result: DataFrame, event: str) -> None:
+        callback = self._q._callbacks.get(self.name)
+        if callback is not None:
+            callback(result, event)
+
+    def _empty(self) -> DataFrame:
+        """An empty task DataFrame (a take that found nothing)."""
+        tasks = self._layout.read(self._layout.tasks(self.name))
+        if "data" not in tasks.columns:
+            tasks = tasks.withColumn("data", F.struct())
+        return self._spark.createDataFrame([], tasks.select(*st.PUBLIC_COLUMNS).schema)
+
+    def _guarded(self, fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except QueueError:
+            raise
+        except Exception as e:
+            if st.is_missing_table(e):
+                raise st.missing_table_error(self.name, e) from e
+            raise
+
+    # -- inbox → tasks ----------------------------------------------------------------
+
+    def _pending(self, spark: SparkSession, cursor: int, upto: int) -> DataFrame | None:
+        """Inbox rows committed after ``cursor`` up to ``upto``, as task rows."""
+        if upto <= cursor:
+            return None
+        inbox = self._layout.inbox(self.name)
+        tokens = [h["tag"]["tok"] for h in self._layout.history(inbox, cursor)
+                  if h["tag"]["sq"] == "put" and h["version"] <= upto]
+        if not tokens:
+            return None
+        rows = (self._layout.read(inbox, spark, version=upto)
+                .where(F.col("put_token").isin(tokens))
+                .where(F.col("_metadata.row_commit_version") > cursor))
+        return rows.select(
+            F.col("_metadata.row_id").alias("task_id"),
+            F.col("_metadata.row_id").alias("order_key"),
+            F.lit(None).cast("string").alias("owner"),
+            F.lit(None).cast("string").alias("lease_token"),
+            F.lit(0).cast("long").alias("taken_count"),
+            F.lit(0).cast("long").alias("buried_count"),
+            F.col("_metadata.row_commit_version").alias("inbox_version"),
+            *[c for c in rows.columns if c not in ("task_id",)],
+        )
+
+    def _ingest(self) -> None:
+        """Move tasks put since the last ingest into the tasks table, exactly once."""
+        layout = self._layout
+        upto = layout.latest_version(layout.inbox(self.name))
+        if upto <= self._ingested_upto:
+            return
+        cursor = layout.cursor(self.name)
+        if upto > cursor:
+            with layout.tagged(CommitTag.new("ingest")) as sess:
+                rows = self._pending(sess, cursor, upto)
+                layout.write_marker(self.name, upto, app_id=f"sq-ingest-{cursor}", rows=rows)
+        self._ingested_upto = upto
+
+    def _live(self, now: float) -> DataFrame:
+        """Every task (tasks table plus not yet ingested puts) with its state at ``now`` in ``eff``."""
+        layout = self._layout
+        tasks = layout.read(layout.tasks(self.name)).where("task_id >= 0")
+        upto = layout.latest_version(layout.inbox(self.name))
+        if upto > self._ingested_upto:
+            pending = self._pending(self._spark, layout.cursor(self.name), upto)
+            if pending is not None:
+                tasks = tasks.unionByName(pending, allowMissingColumns=True)
+        return tasks.withColumn("eff", F.expr(effective_status(now)))
+
+    # -- the MERGE every state change goes through ------------------------------------
+
+    def _ids_frame(self, spark: SparkSession, tasks: Any) -> DataFrame:
+        ids = validate.task_ids(tasks)
+        if isinstance(ids, DataFrame):
+            return ids.select(F.col("task_id").cast("long")).where("task_id IS NOT NULL").distinct()
+        return spark.createDataFrame([(i,) for i in ids], "task_id long")
+
+    def _mutate(self, op: _Op, tasks: Any, extra: dict[str, Column] | None = None,
+                event: str | None = None, tag_extra: dict[str, int] | None = None,
+                owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
+                deadline: float | None = None) -> DataFrame | None:
+        """Apply ``op`` to ``tasks`` (or to the rows ``chooser(now)`` picks) in one commit.
+
+        Returns the changed tasks as of the commit (immutable), or None when
+        there was nothing to change.
+        """
+        who = self._owner(owner)
+        layout = self._layout
+        path = layout.tasks(self.name)
+
+        def attempt() -> DataFrame | None:
+            self._ingest()
+            now = self._now()
+            tag = CommitTag.new(op.name, **(tag_extra or {}))
+            with layout.tagged(tag) as sess:
+                if chooser is not None:
+                    base = chooser(now).select("task_id", "status").localCheckpoint(eager=True)
+                else:
+                    base = self._ids_frame(sess, tasks).withColumn(
+                        "status", F.lit(None).cast("string")).localCheckpoint(eager=True)
+                stats = base.agg(
+                    F.count("*"), F.min("task_id"), F.max("task_id"),
+                    F.count(F.when(F.col("status") == "taken", 1)),
+                    F.count(F.when(F.col("status") == "delayed", 1)),
+                ).first()
+                if stats is None or not stats[0]:
+                    return None
+                lo, hi = int(stats[1]), int(stats[2])
+                counts = {k: int(v) for k, v in (("ttr", stats[3]), ("delay", stats[4])) if v}
+                if counts:
+                    sess.conf.set(st.USER_METADATA, CommitTag(
+                        tag.op, tag.token, tuple(sorted({**dict(tag.extra), **counts}.items()))
+                    ).json())
+                source = base.select(
+                    "task_id",
+                    F.lit(who).alias("arg_owner"),
+                    F.lit(uuid.uuid4().hex).alias("arg_token"),
+                    *[col.alias(f"arg_{k}") for k, col in (extra or {}).items()],
+                )
+                eff = effective_status(now, "t.")
+                ctx = {"eff": eff, "now": sql_num(now)}
+                builder = DeltaTable.forPath(sess, path).alias("t").merge(
+                    source.alias("s"),
+                    f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}",
+                )
+                if op.guard:
+                    guard = op.guard.format(**ctx)
+                    builder = builder.whenMatchedUpdate(
+                        condition=f"({guard}) IS NOT NULL",
+                        set={"task_id": st.raise_guard(guard)},
+                    )
+                cond = f"NOT ({op.skip.format(**ctx)})" if op.skip else None
+                if op.action is None:
+                    builder = builder.whenMatchedDelete(condition=cond)
+                else:
+                    action = {k: v.format(**ctx) for k, v in op.action.items()}
+                    action["next_event"] = st.next_event(
+                        action.get("status", "t.status"), action.get("delay_end", "t.delay_end"),
+                        action.get("lease_end", "t.lease_end"), action.get("ttl_end", "t.ttl_end"))
+                    builder = builder.whenMatchedUpdate(condition=cond, set=action)
+                builder = builder.whenNotMatchedInsert(values={
+                    "task_id": st.raise_missing().replace("TaskNotFound", op.missing)})
+                try:
+                    builder.execute()
+                except Exception as e:
+                    failed = st.guard_failure(e)
+                    if failed is None:
+                        raise
+                    raise self._diagnose(op, base, failed, who, now) from e
+                version = layout.commit_version(path, tag.token, sess)
+            return layout.changes_at(self.name, version).select(*st.PUBLIC_COLUMNS)
+
+        result = self._guarded(lambda: st.retrying(
+            attempt, deadline=deadline or self._deadline(), what=f"{op.name} on {self.name!r}"))
+        if result is not None:
+            self._emit(result, event or op.name)
+        return result
+
+    def _diagnose(self, op: _Op, ids: DataFrame, failed: tuple[str, int], who: str,
+                  now: float) -> QueueError:
+        """Name every id that made ``op`` fail, for an error that says what was wrong."""
+        kind = failed[0]
+        live = self._live(now).alias("t")
+        src = ids.select("task_id").withColumn("arg_owner", F.lit(who)).alias("s")
+        joined = src.join(live, F.col("s.task_id") == F.col("t.task_id"), "left")
+        eff = effective_status(now, "t.")
+        kind_sql = (
+            f"CASE WHEN t.task_id IS NULL THEN '{op.missing}' ELSE ({op.guard or 'NULL'}) END"
+        ).format(eff=eff, now=sql_num(now))
+        rows = (joined.selectExpr("s.task_id AS id", f"{kind_sql} AS kind", f"{eff} AS state")
+                .where("kind IS NOT NULL").collect())
+        ids_of = sorted(int(r["id"]) for r in rows if r["kind"] == kind) or [failed[1]]
+        states = {int(r["id"]): str(r["state"]) for r in rows}
+        return st.typed_guard_error(self.name, kind, ids_of, who, states)
+
+    # -- put ----------------------------------------------------------------------------
+
+    def put(self, data: Any, *, pri: Opt = None, ttl: Opt = None, ttr: Opt = None,
+            delay: Opt = None, utube: str | Column | None = None,
+            timeout: float | None = None) -> DataFrame | Task:
+        """Put tasks: one per DataFrame row, or one per dict/scalar.
+
+        Parameters
+        ----------
+        data
+            A DataFrame (all its columns become each task's payload), a dict
+            or scalar (one task), or a list of them.
+        pri, ttl, ttr, delay
+            Python numbers, or Columns of per-row values; the tube's defaults
+            otherwise. Only for drivers that support them.
+        utube
+            The sub-queue (utube drivers).
+        timeout
+            limfifottl: seconds to wait for room.
+
+        Returns
+        -------
+        DataFrame of the created tasks (``ready``, or ``delayed`` when
+        ``delay > 0``) for DataFrame and list input; a :class:`Task` for a
+        single dict or scalar.
+
+        Examples
+        --------
+        >>> tube.put(spark.createDataFrame([("a.com",)], ["url"]))   # doctest: +SKIP
+        >>> tube.put({"url": "b.com"}, delay=30).task_id              # doctest: +SKIP
+        """
+        return self._put(data, pri=pri, ttl=ttl, ttr=ttr, delay=delay, utube=utube,
+                         timeout=timeout, event="put")
+
+    def urgent(self, data: Any, **opts: Any) -> DataFrame | Task:
+        """Like :meth:`put`, ahead of every other task (the most urgent priority)."""
+        if opts.get("pri") is not None:
+            raise InvalidOption("urgent() sets the priority itself; do not pass pri")
+        opts.pop("pri", None)
+        return self._put(data, urgent=True, event="put", **opts)
+
+    def _put(self, data: Any, *, urgent: bool = False, event: str, **opts: Any) -> Any:
+        given = {k for k, v in opts.items() if v is not None}
+        unsupported = given - self.driver.put_options()
+        if unsupported:
+            raise InvalidOption(
+                f"{self.type} tube {self.name!r} does not support put option(s) "
+                f"{', '.join(sorted(unsupported))}; it supports "
+                f"{', '.join(sorted(self.driver.put_options())) or 'none'}"
+            )
+        times = {k: validate.time_option(k, opts[k]) for k in ("ttl", "ttr", "delay")
+                 if opts.get(k) is not None}
+        pri = opts.get("pri")
+        if pri is not None and not isinstance(pri, Column):
+            pri = validate.integer("pri", pri)
+        if opts.get("timeout") is not None:
+            validate.seconds("timeout", opts["timeout"])
+        utube = opts.get("utube")
+        if utube is not None and not isinstance(utube, (str, Column)):
+            raise InvalidOption(f"utube must be a string or a Column, got {utube!r}")
+        single = not isinstance(data, (DataFrame, list, tuple))
+        return self._guarded(lambda: self._write_put(data, single, urgent, pri, times, utube,
+                                                     opts.get("timeout"), event))
+
+    def _payload(self, data: Any, tube_schema: T.StructType | None) -> DataFrame:
+        """``data`` as a one-column DataFrame ``data`` (struct), conformed to the tube's schema."""
+        if isinstance(data, DataFrame):
+            if not data.columns:
+                raise InvalidOption("a DataFrame put needs at least one column")
+            frame = data.select(F.struct(*[F.col(f"`{c}`") for c in data.columns]).alias("data"))
+        else:
+            items = list(data) if isinstance(data, (list, tuple)) else [data]
+            if not items:
+                raise InvalidOption("put() of an empty list: nothing to put")
+            kinds = {isinstance(i, dict) for i in items}
+            if len(kinds) > 1:
+                raise InvalidOption("put() list mixes dicts and scalars")
+            if kinds == {True}:
+                keys: list[str] = []
+                for item in items:
+                    for k in item:
+                        if not isinstance(k, str):
+                            raise InvalidOption(f"payload keys must be strings, got {k!r}")
+                        if k not in keys:
+                            keys.append(k)
+                rows = [tuple(item.get(k) for k in keys) for item in items]
+            else:
+                keys, rows = ["value"], [(i,) for i in items]
+            if tube_schema is not None and set(keys) <= set(tube_schema.fieldNames()):
+                order = tube_schema.fieldNames()
+                rows = [tuple(dict(zip(keys, r)).get(k) for k in order) for r in rows]
+                try:
+                    frame = self._spark.createDataFrame(rows, tube_schema)
+                except (TypeError, ValueError) as e:
+                    raise SchemaMismatch(
+                        f"payload does not fit tube {self.name!r}'s schema "
+                        f"{tube_schema.simpleString()}: {e}") from e
+            else:
+                try:
+                    frame = self._spark.createDataFrame(rows, keys)
+                except (TypeError, ValueError) as e:
+                    raise InvalidOption(f"cannot build a payload from {items[:3]!r}: {e}") from e
+            frame = frame.select(F.struct(*[F.col(f"`{c}`") for c in frame.columns]).alias("data"))
+        incoming = frame.schema["data"].dataType
+        assert isinstance(incoming, T.StructType)
+        if tube_schema is None:
+            return frame
+        return frame.select(conform(F.col("data"), incoming, tube_schema, self.name).alias("data"))
+
+    def _write_put(self, data: Any, single: bool, urgent: bool, pri: Any,
+                   times: dict[str, Any], utube: Any, timeout: float | None,
+                   event: str) -> Any:
+        layout = self._layout
+        inbox = layout.inbox(self.name)
+        current = layout.read(inbox).schema
+        tube_schema = current["data"].dataType if "data" in current.fieldNames() else None
+        assert tube_schema is None or isinstance(tube_schema, T.StructType)
+        frame = self._payload(data, tube_schema)
+        if self.driver.uses_capacity:
+            self._wait_for_room(frame, timeout)
+        now = self._now()
+        tag = CommitTag.new("put")
+
+        def value(key: str, fallback: Any) -> Column:
+            v = times.get(key, self._default(key))
+            v = fallback if v is None else v
+            col = v if isinstance(v, Column) else F.lit(float(v))
+            return checked(col.cast("double"), key)
+
+        ttl = value("ttl", st.INF)
+        ttr = F.coalesce(value("ttr", None), ttl) if "ttr" in times or self._default("ttr") \
+            is not None else ttl
+        delay = value("delay", 0.0)
+        if urgent:
+            pri_col = F.lit(URGENT_PRI)
+        else:
+            p = pri if pri is not None else (self._default("pri") or 0)
+            pri_col = p if isinstance(p, Column) else F.lit(int(p))
+        utube_col = utube if isinstance(utube, Column) else F.lit(utube)
+        n = F.lit(now)
+        rows = frame.select(
+            F.when(delay > 0, "delayed").otherwise("ready").alias("status"),
+            pri_col.cast("long").alias("pri"),
+            utube_col.cast("string").alias("utube"),
+            n.alias("created"),
+            ttl.alias("ttl"),
+            ttr.alias("ttr"),
+            F.when(delay > 0, n + delay).otherwise(F.lit(0.0)).alias("delay_end"),
+            (n + delay + ttl).alias("ttl_end"),
+            F.lit(0.0).alias("lease_end"),
+            F.when(delay > 0, F.least(n + delay, n + delay + ttl))
+            .otherwise(n + delay + ttl).alias("next_event"),
+            F.lit(tag.token).alias("put_token"),
+            "data",
+        )
+        try:
+            (rows.write.format("delta").mode("append")
+             .option("mergeSchema", "true").option("userMetadata", tag.json()).save(inbox))
+        except Exception as e:
+            if "sparkqueue:InvalidOption" in str(e):
+                bad = str(e).split("sparkqueue:InvalidOption:0 ", 1)[1].split("\n")[0]
+                raise InvalidOption(f"put to {self.name!r}: a row's {bad.strip()}") from e
+            raise
+        created = (layout.read(inbox).where(F.col("put_token") == tag.token)
+                   .select(F.col("_metadata.row_id").alias("task_id"), "*")
+                   .withColumn("owner", F.lit(None).cast("string"))
+                   .withColumn("taken_count", F.lit(0).cast("long"))
+                   .withColumn("buried_count", F.lit(0).cast("long"))
+                   .select(*st.PUBLIC_COLUMNS))
+        if single:
+            row = created.first()
+            assert row is not None
+            task = Task.from_row(row)
+            self._emit(created, event)
+            return task
+        self._emit(created, event)
+        return created
+
+    def _wait_for_room(self, frame: DataFrame, timeout: float | None) -> None:
+        capacity = int(self._default("capacity") or 0)
+        if capacity <= 0:
+            return
+        adding = frame.count()
+        until = time.monotonic() + (timeout or 0.0)
+        while True:
+            live = self._live(self._now()).where(
+                F.col("eff").isin([s.value for s in LIVE_STATES])).count()
+            if live + adding <= capacity:
+                return
+            if time.monotonic() >= until:
+                raise CapacityExceeded(self.name, capacity, live, adding)
+            time.sleep(min(self._q.config.poll_interval, max(0.0, until - time.monotonic())))
+
+    # -- take -----------------------------------------------------------------------------
+
+    def take(self, n: int = 1, *, timeout: float = 0.0, owner: str | None = None,
+             window: int | None = None) -> DataFrame:
+        """Lease up to ``n`` ready tasks to ``owner``, lowest ``(pri, task_id)`` first.
+
+        Waits up to ``timeout`` seconds (``float("inf")``: forever) for at
+        least one task. The returned DataFrame is read at the version the take
+        committed, so re-evaluating it gives the same rows.
+
+        Examples
+        --------
+        >>> batch = tube.take(1000, timeout=5)      # doctest: +SKIP
+        >>> tube.ack(batch)                         # doctest: +SKIP
+        """
+        n = validate.integer("n", n, minimum=1)
+        wait = validate.seconds("timeout", timeout)
+        if window is not None:
+            if not self.driver.uses_utube:
+                raise InvalidOption(f"{self.type} tube {self.name!r} has no sub-queue window")
+            window = validate.integer("window", window, minimum=1)
+        win = window or int(self._default("window") or 1)
+        who = self._owner(owner)
+        until = time.monotonic() + wait
+        take = _Op(
+            "take",
+            guard="CASE WHEN {eff} <> 'ready' THEN 'Stale' END",
+            action={
+                "status": "'taken'",
+                "owner": "s.arg_owner",
+                "lease_token": "s.arg_token",
+                "lease_end": "least({now} + t.ttr, t.ttl_end)",
+                "taken_count": "t.taken_count + 1",
+                "delay_end": "0.0D",
+            },
+            missing="Stale",
+        )
+        while True:
+            result = self._mutate(
+                take, None, owner=who,
+                chooser=lambda now: self.driver.choose(self._live(now), n, win),
+                deadline=self._deadline(wait if wait != float("inf") else 0.0),
+            )
+            if result is not None:
+                return result
+            remaining = until - time.monotonic()
+            if remaining <= 0:
+                return self._empty()
+            time.sleep(min(self._q.config.poll_interval, remaining))
+
+    # -- taken → … ------------------------------------------------------------------------
+
+    _OWNED = ("CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
+              "WHEN {eff} <> 'taken' THEN 'InvalidState' "
+              "WHEN t.owner <> s.arg_owner THEN 'NotOwner' END")
+
+    def ack(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
+        """Complete taken tasks (only their owner may); they leave the tube.
+
+        Returns the tasks with status ``done``. All or nothing: one task not
+        taken by ``owner`` fails the whole batch and changes nothing.
+        """
+        op = _Op("ack", self._OWNED, None)
+        return self._mutate(op, tasks, owner=owner) or self._empty()
+
+    def release(self, tasks: Tasks, *, owner: str | None = None, delay: float | None = None,
+                ttl: float | None = None) -> DataFrame:
+        """Return taken tasks to ``ready``, or ``delayed`` for ``delay`` seconds.
+
+        A delay extends the task's ttl by the same amount (Tarantool's rule);
+        ``ttl`` gives the task a fresh time to live counted from now.
+        """
+        d = 0.0
+        if delay is not None:
+            self._need_ttl("release(delay=...)")
+            d = validate.seconds("delay", delay, allow_inf=False)
+        if ttl is not None:
+            self._need_ttl("release(ttl=...)")
+            t_new = validate.seconds("ttl", ttl)
+        action = {
+            "status": "'delayed'" if d > 0 else "'ready'",
+            "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
+            "delay_end": f"{{now}} + {sql_num(d)}" if d > 0 else "0.0D",
+            "ttl_end": f"t.ttl_end + {sql_num(d)}",
+            "ttl": f"t.ttl + {sql_num(d)}",
+        }
+        if ttl is not None:
+            action["ttl"] = sql_num(t_new)
+            action["ttl_end"] = f"{{now}} + {sql_num(d)} + {sql_num(t_new)}"
+        return self._mutate(_Op("release", self._OWNED, action), tasks, owner=owner) \
+            or self._empty()
+
+    def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
+        """Return taken tasks to ``ready`` at the end of the queue (a new, higher order key)."""
+        self._ingest()
+        top = self._layout.read(self._layout.tasks(self.name)).agg(
+            F.max("order_key"), F.max("task_id")).first()
+        base = max(int(top[0] or 0), int(top[1] or 0)) + 1 if top else 1
+        action = {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
+                  "lease_end": "0.0D", "order_key": f"{base} + s.arg_rank"}
+        op = _Op("requeue", self._OWNED, action)
+        rank = F.row_number().over(_by_id()) - 1
+        return self._mutate(op, tasks, extra={"rank": rank}, owner=owner) or self._empty()
+
+    def touch(self, tasks: Tasks, increment: float, *, owner: str | None = None) -> DataFrame:
+        """Extend the ttr and ttl of taken tasks by ``increment`` seconds."""
+        self._need_ttl("touch")
+        inc = sql_num(validate.seconds("increment", increment))
+        action = {"ttr": f"t.ttr + {inc}", "ttl": f"t.ttl + {inc}",
+                  "ttl_end": f"t.ttl_end + {inc}",
+                  "lease_end": f"least(t.lease_end + {inc}, t.ttl_end + {inc})"}
+        return self._mutate(_Op("touch", self._OWNED, action), tasks, owner=owner) \
+            or self._empty()
+
+    def done(self, task_id: int, data: Any) -> DataFrame:
+        """Complete a task taken by this Queue's owner but keep it, with ``data`` as payload."""
+        ident = validate.task_ids(task_id)
+        schema = self._layout.read(self._layout.tasks(self.name)).schema
+        tube_schema = schema["data"].dataType if "data" in schema.fieldNames() else None
+        assert tube_schema is None or isinstance(tube_schema, T.StructType)
+        payload = self._payload(data if isinstance(data, (dict, DataFrame)) else data,
+                                tube_schema).first()
+        assert payload is not None
+        op = _Op("done", self._OWNED, {
+            "status": "'done'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
+            "data": "s.arg_data"})
+        struct = F.lit(None).cast(tube_schema) if tube_schema is not None else None
+        value = _struct_literal(payload["data"], tube_schema) if tube_schema else struct
+        return self._mutate(op, ident, extra={"data": value}) or self._empty()
+
+    # -- bury / kick / dig / delete ------------------------------------------------------
+
+    def bury(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
+        """Move tasks to ``buried`` from any state (a task taken by another owner refuses)."""
+        op = _Op(
+            "bury",
+            "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
+            "WHEN {eff} = 'done' THEN 'InvalidState' "
+            "WHEN {eff} = 'taken' AND t.owner <> s.arg_owner THEN 'NotOwner' END",
+            {"status": "'buried'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
+             "delay_end": "0.0D", "buried_count": "t.buried_count + 1"},
+            skip="{eff} = 'buried'",
+        )
+        return self._mutate(op, tasks, owner=owner) or self._empty()
+
+    _UNBURY = {"status": "'ready'", "delay_end": "0.0D"}
+
+    def kick(self, count: int = 1) -> int:
+        """Move up to ``count`` buried tasks to ``ready``, lowest ``(pri, id)`` first."""
+        count = validate.count("count", count)
+        if count == 0:
+            return 0
+        op = _Op("kick", "CASE WHEN {eff} <> 'buried' THEN 'Stale' END", self._UNBURY,
+                 missing="Stale")
+        result = self._mutate(op, None, chooser=lambda now: self._live(now).where(
+            "eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
+        return 0 if result is None else result.count()
+
+    def dig(self, task_id: int) -> DataFrame:
+        """Move one buried task to ``ready`` (the older API's ``dig``)."""
+        ident = validate.task_ids(task_id)
+        op = _Op("dig", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
+                 "WHEN {eff} <> 'buried' THEN 'InvalidState' END", self._UNBURY)
+        return self._mutate(op, ident) or self._empty()
+
+    unbury = dig
+
+    def delete(self, tasks: Tasks) -> DataFrame:
+        """Remove tasks whatever their state; returns them with status ``done``."""
+        op = _Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None)
+        return self._mutate(op, tasks) or self._empty()
+
+    def release_all(self) -> int:
+        """Return every taken task, whoever holds it, to ``ready``; the count."""
+        op = _Op("release_all", "CASE WHEN {eff} <> 'taken' THEN 'Stale' END",
+                 {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
+                  "lease_end": "0.0D"}, missing="Stale")
+        result = self._mutate(op, None, event="release",
+                              chooser=lambda now: self._live(now).where("eff = 'taken'"))
+        return 0 if result is None else result.count()
+
+    # -- reads ----------------------------------------------------------------------------
+
+    def _view(self, now: float) -> DataFrame:
+        return self._live(now).where("eff <> 'expired'").withColumn("status", F.col("eff"))
+
+    def peek(self, tasks: Tasks) -> DataFrame:
+        """Read tasks without changing them; :class:`TaskNotFound` for a missing single id."""
+        ids = validate.task_ids(tasks)
+
+        def read() -> DataFrame:
+            view = self._view(self._now())
+            if isinstance(ids, DataFrame):
+                chosen = view.join(ids.select(F.col("task_id").cast("long")).distinct(),
+                                   "task_id", "left_semi")
+            else:
+                chosen = view.where(F.col("task_id").isin(ids))
+            out = chosen.select(*st.PUBLIC_COLUMNS).localCheckpoint(eager=True)
+            if isinstance(tasks, int) and out.isEmpty():
+                raise TaskNotFound(self.name, [tasks])
+            return out
+        return self._guarded(read)
+
+    def meta(self, task_id: int) -> dict[str, Any]:
+        """Everything known of one task: times, counters, owner, and ``now``."""
+        ident = validate.task_ids(task_id)
+        now = self._now()
+        row = self._guarded(lambda: self._view(now).where(F.col("task_id").isin(ident)).first())
+        if row is None:
+            raise TaskNotFound(self.name, ident)
+        return {
+            "task_id": int(row["task_id"]), "tube": self.name, "status": row["status"],
+            "event": float(row["next_event"]), "pri": int(row["pri"]), "owner": row["owner"],
+            "created": float(row["created"]), "ttl": float(row["ttl"]), "ttr": float(row["ttr"]),
+            "taken_count": int(row["taken_count"]), "buried_count": int(row["buried_count"]),
+            "utube": row["utube"], "now": now,
+        }
+
+    def tasks_by_state(self, state: str | TaskState) -> DataFrame:
+        """All tasks in ``state`` now."""
+        s = TaskState.parse(state)
+        return self._guarded(lambda: self._view(self._now()).where(F.col("status") == s.value)
+                             .select(*st.PUBLIC_COLUMNS))
+
+    def statistics(self) -> dict[str, dict[str, int]]:
+        """Tarantool's statistics: task counts by state and call counts.
+
+        Counts come from the tables and the Delta commit log, so they cover
+        every process and survive restarts. ``calls`` count tasks (a put of a
+        1,000-row DataFrame counts 1,000 puts, as 1,000 Tarantool puts would).
+        """
+        return self._guarded(self._statistics)
+
+    def _statistics(self) -> dict[str, dict[str, int]]:
+        now = self._now()
+        rows = (self._live(now).groupBy("eff").agg(
+            F.count("*").alias("n"),
+            F.sum(F.when(F.col("status") == "taken", 1).otherwise(0)).alias("ttr"),
+            F.sum(F.when(F.col("status") == "delayed", 1).otherwise(0)).alias("delay"),
+        ).collect())
+        by_state = {r["eff"]: int(r["n"]) for r in rows}
+        calls = dict.fromkeys(CALL_KEYS, 0)
+        for key, value in self._logged_calls().items():
+            calls[key] = calls.get(key, 0) + value
+        # expiries that happened but were not yet written down count at once
+        for r in rows:
+            if r["eff"] == "ready":
+                calls["ttr"] += int(r["ttr"])
+                calls["delay"] += int(r["delay"])
+        calls["ttl"] += by_state.get("expired", 0)
+        tasks = {s.value: by_state.get(s.value, 0) for s in LIVE_STATES}
+        tasks["done"] = sum(calls.get(k, 0) for k in COMPLETING)
+        tasks["total"] = sum(by_state.get(s.value, 0) for s in LIVE_STATES)
+        return {"tasks": tasks, "calls": calls}
+
+    def _logged_calls(self) -> dict[str, int]:
+        """Call counts from both tables' commit logs, read incrementally."""
+        total: dict[str, int] = {}
+        for path in (self._layout.inbox(self.name), self._layout.tasks(self.name)):
+            seen, counts = self._stats_cache.get(path, (-1, {}))
+            counts = dict(counts)
+            for h in self._layout.history(path, seen):
+                op = h["tag"]["sq"]
+                metrics = h["metrics"]
+                keys = ("numOutputRows",) if op == "put" else (
+                    "numTargetRowsUpdated", "numTargetRowsDeleted")
+                n = sum(int(metrics.get(k, 0)) for k in keys)
+                if op in ("ingest", "create", "truncate", "sweep-ingest"):
+                    continue
+                name = CALL_NAME.get(op, op)
+                counts[name] = counts.get(name, 0) + n
+                for k in ("ttr", "delay", "ttl"):
+                    counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
+                seen = max(seen, h["version"])
+            self._stats_cache[path] = (seen, counts)
+            for k, v in counts.items():
+                total[k] = total.get(k, 0) + v
+        return total
+
+    # -- whole tube -------------------------------------------------------------------------
+
+    def truncate(self) -> None:
+        """Delete every task, keep the tube. No events; counters are untouched."""
+        def run() -> None:
+            self._ingest()
+            with self._layout.tagged(CommitTag.new("truncate")) as sess:
+                DeltaTable.forPath(sess, self._layout.tasks(self.name)).delete("task_id >= 0")
+        self._guarded(lambda: st.retrying(run, deadline=self._deadline(),
+                                          what=f"truncate of {self.name!r}"))
+
+    def drop(self) -> None:
+        """Remove the tube and its tables; refuses with InvalidState while a task is taken."""
+        self._q._drop(self)
+
+    def on_task_change(self, callback: Callback | None = None) -> Callback | None:
+        """Set ``callback(tasks_df, event)``, called after each committed change made
+        through this process; returns the previous one. ``None`` removes it."""
+        if callback is not None and not callable(callback):
+            raise InvalidOption(f"on_task_change needs a callable, got {callback!r}")
+        previous = self._q._callbacks.pop(self.name, None)
+        if callback is not None:
+            self._q._callbacks[self.name] = callback
+        return previous
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+def _by_id() -> Any:
+    from pyspark.sql import Window
+    return Window.orderBy("task_id")
+
+
+def checked(col: Column, what: str) -> Column:
+    """A per-row time that fails the write (nothing committed) when negative or NaN."""
+    bad = col.isNull() | F.isnan(col) | (col < 0)
+    return F.when(bad, F.raise_error(F.lit(
+        f"sparkqueue:InvalidOption:0 {what} must be a non-negative number of seconds"
+    )).cast("double")).otherwise(col)
+
+
+def conform(col: Column, incoming: T.StructType, tube: T.StructType, name: str) -> Column:
+    """The payload struct in the tube's schema, or SchemaMismatch naming the differences."""
+    have = {f.name: f.dataType for f in tube.fields}
+    problems = []
+    for f in incoming.fields:
+        if f.name not in have:
+            problems.append(f"unknown field {f.name!r}")
+        elif not _compatible(f.dataType, have[f.name]):
+            problems.append(f"field {f.name!r} is {f.dataType.simpleString()}, "
+                            f"expected {have[f.name].simpleString()}")
+    if problems:
+        raise SchemaMismatch(f"payload does not fit tube {name!r} (schema "
+                             f"{tube.simpleString()}): {'; '.join(problems)}")
+    present = set(incoming.fieldNames())
+    return F.struct(*[
+        (col[f.name].cast(f.dataType) if f.name in present else F.lit(None).cast(f.dataType))
+        .alias(f.name) for f in tube.fields
+    ])
+
+
+_INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
+
+
+def _compatible(a: T.DataType, b: T.DataType) -> bool:
+    if a == b or isinstance(a, T.NullType):
+        return True
+    if isinstance(a, _INTEGRAL) and isinstance(b, (*_INTEGRAL, T.DoubleType)):
+        return _INTEGRAL.index(type(a)) <= (_INTEGRAL.index(type(b)) if isinstance(
+            b, _INTEGRAL) else 3)
+    if isinstance(a, T.FloatType) and isinstance(b, T.DoubleType):
+        return True
+    return False
+
+
+def _struct_literal(value: Any, schema: T.StructType) -> Column:
+    """A struct literal Column of ``value`` (a Row) in ``schema``."""
+    fields = value.asDict(recursive=False) if value is not None else {}
+    return F.struct(*[F.lit(fields.get(f.name)).cast(f.dataType).alias(f.name)
+                      for f in schema.fields])
