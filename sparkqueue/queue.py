@@ -93,7 +93,7 @@ class Queue:
         if not (isinstance(driver_cls, type) and issubclass(driver_cls, Driver)):
             raise InvalidOption(f"driver {name!r} must be a subclass of sparkqueue.Driver, "
                                 f"got {driver_cls!r}")
-        missing = getattr(driver_cls, "__abstractmethods__", frozenset())
+        missing: frozenset[str] = getattr(driver_cls, "__abstractmethods__", frozenset())
         if missing:
             raise InvalidOption(f"driver {name!r} does not implement {', '.join(sorted(missing))}")
         self._drivers[name] = driver_cls
@@ -236,6 +236,7 @@ class Queue:
         path = jvm.org.apache.hadoop.fs.Path(self._layout.tube_dir(tube.name))
         fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
         fs.delete(path, True)
+        self._layout.forget(self._layout.tube_dir(tube.name))
         self._callbacks.pop(tube.name, None)
 
     def _drop_temporary(self) -> None:

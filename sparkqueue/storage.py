@@ -217,6 +217,7 @@ class Layout:
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
+        self._versions: dict[str, int] = {}
 
     @property
     def registry(self) -> str:
@@ -255,13 +256,13 @@ class Layout:
         )
 
     def create_tube_tables(self, tube: str) -> None:
-        """Create the inbox and tasks tables (idempotent) and the first cursor marker."""
+        """Create the inbox and tasks tables (idempotent); the cursor starts at version 0."""
         _create_table(
             self.spark, self.inbox(tube),
             T.StructType([T.StructField(n, t) for n, t in INBOX_COLUMNS]),
             {"delta.enableRowTracking": "true"},
         )
-        created = _create_table(
+        _create_table(
             self.spark, self.tasks(tube),
             T.StructType([T.StructField(n, t) for n, t in TASK_COLUMNS]),
             {
@@ -271,8 +272,6 @@ class Layout:
                 "delta.setTransactionRetentionDuration": "interval 7 days",
             },
         )
-        if created:
-            self.write_marker(tube, 0, app_id=f"sq-init-{tube}")
 
     def write_marker(self, tube: str, inbox_version: int, *, app_id: str,
                      rows: DataFrame | None = None) -> None:
@@ -300,9 +299,60 @@ class Layout:
     def exists(self, path: str) -> bool:
         return bool(DeltaTable.isDeltaTable(self.spark, path))
 
+    # -- the Delta log, read directly (the commit files are Delta's public protocol) ----
+    # Asking Delta (DESCRIBE HISTORY) costs one or two Spark jobs per call; an
+    # operation needs the latest version and the version it committed, so the
+    # JSON commit files are read through the Hadoop FileSystem instead.
+
+    def _fs(self, path: str) -> Any:
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
+        return log, log.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+
     def latest_version(self, path: str) -> int:
-        row = DeltaTable.forPath(self.spark, path).history(1).select("version").first()
-        return int(row[0]) if row is not None else -1
+        """The newest committed version of the table at ``path`` (-1: no table)."""
+        log, fs = self._fs(path)
+        known = self._versions.get(path)
+        if known is None:
+            known = -1
+            last = log.suffix("/_last_checkpoint")
+            if fs.exists(last):
+                known = int(json.loads(self._read_text(fs, last))["version"])
+        while fs.exists(log.suffix(f"/{known + 1:020d}.json")):
+            known += 1
+        self._versions[path] = known
+        return known
+
+    def forget(self, path_prefix: str) -> None:
+        """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
+        for key in [k for k in self._versions if k.startswith(path_prefix)]:
+            del self._versions[key]
+
+    def _read_text(self, fs: Any, file: Any) -> str:
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        stream = fs.open(file)
+        try:
+            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def commit_infos(self, path: str, after_version: int,
+                     upto: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``(version, commitInfo)`` of the commits after ``after_version``, oldest first."""
+        log, fs = self._fs(path)
+        last = self.latest_version(path) if upto is None else upto
+        out = []
+        for version in range(max(after_version + 1, 0), last + 1):
+            file = log.suffix(f"/{version:020d}.json")
+            if not fs.exists(file):  # cleaned up by log retention
+                continue
+            for line in self._read_text(fs, file).splitlines():
+                if line.startswith('{"commitInfo"'):
+                    out.append((version, json.loads(line)["commitInfo"]))
+                    break
+        return out
 
     def cursor(self, tube: str) -> int:
         """The last inbox version ingested into the tasks table."""
@@ -310,28 +360,21 @@ class Layout:
                .agg(F.max("inbox_version")).first())
         return int(row[0]) if row is not None and row[0] is not None else 0
 
-    def commit_version(self, path: str, token: str, spark: SparkSession | None = None) -> int:
-        """The version of the commit tagged with ``token`` (searched from the newest)."""
-        dt = DeltaTable.forPath(spark or self.spark, path)
-        for depth in (20, 200, None):
-            hist = dt.history(depth) if depth else dt.history()
-            row = (hist.where(F.col("userMetadata").contains(token))
-                   .select("version").first())
-            if row is not None:
-                return int(row[0])
-        raise QueueError(f"commit tagged {token} not found in the history of {path}")
+    def commit_version(self, path: str, token: str, after_version: int) -> int:
+        """The version of the commit tagged with ``token``, made after ``after_version``."""
+        for version, info in self.commit_infos(path, after_version):
+            if token in (info.get("userMetadata") or ""):
+                return version
+        raise QueueError(f"commit tagged {token} not found in the log of {path}")
 
     def history(self, path: str, after_version: int) -> list[dict[str, Any]]:
         """sparkqueue-tagged commits after ``after_version``: version, tag, operation metrics."""
-        hist = (DeltaTable.forPath(self.spark, path).history()
-                .where(F.col("version") > after_version)
-                .select("version", "userMetadata", "operationMetrics"))
         out = []
-        for row in hist.collect():
-            tag = parse_tag(row["userMetadata"])
+        for version, info in self.commit_infos(path, after_version):
+            tag = parse_tag(info.get("userMetadata"))
             if tag is not None:
-                out.append({"version": int(row["version"]), "tag": tag,
-                            "metrics": dict(row["operationMetrics"] or {})})
+                out.append({"version": version, "tag": tag,
+                            "metrics": dict(info.get("operationMetrics") or {})})
         return out
 
     def changes_at(self, tube: str, version: int, spark: SparkSession | None = None) -> DataFrame:
@@ -369,8 +412,10 @@ def raise_guard(kind_sql: str) -> str:
             f"CAST(t.task_id AS STRING))) AS BIGINT)")
 
 
-def raise_missing() -> str:
-    return "CAST(raise_error(concat('sparkqueue:TaskNotFound:', CAST(s.task_id AS STRING))) AS BIGINT)"
+def raise_missing(kind: str = "TaskNotFound") -> str:
+    """SQL that fails the whole MERGE for a source id with no task row."""
+    return (f"CAST(raise_error(concat('sparkqueue:{kind}:', CAST(s.task_id AS STRING))) "
+            "AS BIGINT)")
 
 
 def typed_guard_error(tube: str, kind: str, ids: list[int], owner: str,

@@ -17,7 +17,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -30,7 +30,6 @@ from .drivers.base import Driver
 from .errors import (
     CapacityExceeded,
     InvalidOption,
-    InvalidState,
     NotSupported,
     QueueError,
     SchemaMismatch,
@@ -51,12 +50,17 @@ CALL_KEYS = ("put", "take", "ack", "release", "bury", "kick", "delete", "touch",
              "delay")
 #: How operations count in ``calls`` (others count under their own name).
 CALL_NAME = {"release_all": "release", "dig": "kick"}
+#: The payload struct's column while a put is built (beside the caller's columns).
+PAYLOAD = "__sparkqueue_payload"
+#: Choices of at most this many tasks are collected to the driver (one Spark job less).
+COLLECT_UPTO = 10_000
 #: Operations whose tasks count as completed (``tasks.done``).
 COMPLETING = ("ack", "delete", "done", "ttl")
 
-Tasks = Union[int, list[int], DataFrame]
+Tasks = int | list[int] | DataFrame
+R = TypeVar("R")
 Callback = Callable[[DataFrame, str], Any]
-Opt = Union[float, int, Column, None]
+Opt = float | int | Column | None
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,9 @@ class _Op:
     action: dict[str, str] | None  # UPDATE SET; None means DELETE
     skip: str | None = None  # SQL: rows that match but are left as they are
     missing: str = "TaskNotFound"  # error kind for ids with no row
+    # Whether the op may touch tasks still in the inbox (ready ones): only then is
+    # the inbox ingested first. Ops on taken or buried tasks never need to.
+    pending: bool = False
 
 
 class Tube:
@@ -105,6 +112,13 @@ class Tube:
     def _owner(self, owner: str | None) -> str:
         return self._q.owner if owner is None else validate.owner(owner)
 
+    def _one_id(self, task_id: Any) -> list[int]:
+        if isinstance(task_id, bool) or not isinstance(task_id, int):
+            raise InvalidOption(f"expected one task id (an int), got {task_id!r}")
+        ids = validate.task_ids(task_id)
+        assert isinstance(ids, list)
+        return ids
+
     def _need_ttl(self, what: str) -> None:
         if not self.driver.uses_ttl:
             raise NotSupported(f"{self.type} tube {self.name!r} does not support {what}")
@@ -124,7 +138,7 @@ class Tube:
             tasks = tasks.withColumn("data", F.struct())
         return self._spark.createDataFrame([], tasks.select(*st.PUBLIC_COLUMNS).schema)
 
-    def _guarded(self, fn: Callable[[], Any]) -> Any:
+    def _guarded(self, fn: Callable[[], R]) -> R:
         try:
             return fn()
         except QueueError:
@@ -167,20 +181,28 @@ class Tube:
             return
         cursor = layout.cursor(self.name)
         if upto > cursor:
-            with layout.tagged(CommitTag.new("ingest")) as sess:
+            tasks = layout.tasks(self.name)
+            before = layout.latest_version(tasks)
+            tag = CommitTag.new("ingest")
+            with layout.tagged(tag) as sess:
                 rows = self._pending(sess, cursor, upto)
                 layout.write_marker(self.name, upto, app_id=f"sq-ingest-{cursor}", rows=rows)
+            # the append is skipped when another process ingested from this cursor
+            # first, maybe up to an older version: then only the cursor tells
+            if not any(tag.token in (info.get("userMetadata") or "")
+                       for _, info in layout.commit_infos(tasks, before)):
+                return
         self._ingested_upto = upto
 
-    def _live(self, now: float) -> DataFrame:
-        """Every task (tasks table plus not yet ingested puts) with its state at ``now`` in ``eff``."""
+    def _live(self, now: float, pending: bool = True) -> DataFrame:
+        """Every task (tasks table and puts not yet ingested); its state at ``now`` in ``eff``."""
         layout = self._layout
         tasks = layout.read(layout.tasks(self.name)).where("task_id >= 0")
-        upto = layout.latest_version(layout.inbox(self.name))
+        upto = layout.latest_version(layout.inbox(self.name)) if pending else -1
         if upto > self._ingested_upto:
-            pending = self._pending(self._spark, layout.cursor(self.name), upto)
-            if pending is not None:
-                tasks = tasks.unionByName(pending, allowMissingColumns=True)
+            rows = self._pending(self._spark, layout.cursor(self.name), upto)
+            if rows is not None:
+                tasks = tasks.unionByName(rows, allowMissingColumns=True)
         return tasks.withColumn("eff", F.expr(effective_status(now)))
 
     # -- the MERGE every state change goes through ------------------------------------
@@ -194,7 +216,7 @@ class Tube:
     def _mutate(self, op: _Op, tasks: Any, extra: dict[str, Column] | None = None,
                 event: str | None = None, tag_extra: dict[str, int] | None = None,
                 owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
-                deadline: float | None = None) -> DataFrame | None:
+                deadline: float | None = None, collect_upto: int = 0) -> DataFrame | None:
         """Apply ``op`` to ``tasks`` (or to the rows ``chooser(now)`` picks) in one commit.
 
         Returns the changed tasks as of the commit (immutable), or None when
@@ -205,24 +227,16 @@ class Tube:
         path = layout.tasks(self.name)
 
         def attempt() -> DataFrame | None:
-            self._ingest()
+            if op.pending:
+                self._ingest()
             now = self._now()
             tag = CommitTag.new(op.name, **(tag_extra or {}))
+            before = layout.latest_version(path)
             with layout.tagged(tag) as sess:
-                if chooser is not None:
-                    base = chooser(now).select("task_id", "status").localCheckpoint(eager=True)
-                else:
-                    base = self._ids_frame(sess, tasks).withColumn(
-                        "status", F.lit(None).cast("string")).localCheckpoint(eager=True)
-                stats = base.agg(
-                    F.count("*"), F.min("task_id"), F.max("task_id"),
-                    F.count(F.when(F.col("status") == "taken", 1)),
-                    F.count(F.when(F.col("status") == "delayed", 1)),
-                ).first()
-                if stats is None or not stats[0]:
+                picked = self._pick(sess, now, tasks, chooser, collect_upto)
+                if picked is None:
                     return None
-                lo, hi = int(stats[1]), int(stats[2])
-                counts = {k: int(v) for k, v in (("ttr", stats[3]), ("delay", stats[4])) if v}
+                base, lo, hi, counts = picked
                 if counts:
                     sess.conf.set(st.USER_METADATA, CommitTag(
                         tag.op, tag.token, tuple(sorted({**dict(tag.extra), **counts}.items()))
@@ -249,13 +263,14 @@ class Tube:
                 if op.action is None:
                     builder = builder.whenMatchedDelete(condition=cond)
                 else:
-                    action = {k: v.format(**ctx) for k, v in op.action.items()}
-                    action["next_event"] = st.next_event(
-                        action.get("status", "t.status"), action.get("delay_end", "t.delay_end"),
-                        action.get("lease_end", "t.lease_end"), action.get("ttl_end", "t.ttl_end"))
+                    action: dict[str, str | Column] = {
+                        k: v.format(**ctx) for k, v in op.action.items()}
+                    action["next_event"] = st.next_event(*(
+                        str(action.get(k, f"t.{k}"))
+                        for k in ("status", "delay_end", "lease_end", "ttl_end")))
                     builder = builder.whenMatchedUpdate(condition=cond, set=action)
                 builder = builder.whenNotMatchedInsert(values={
-                    "task_id": st.raise_missing().replace("TaskNotFound", op.missing)})
+                    "task_id": st.raise_missing(op.missing)})
                 try:
                     builder.execute()
                 except Exception as e:
@@ -263,7 +278,7 @@ class Tube:
                     if failed is None:
                         raise
                     raise self._diagnose(op, base, failed, who, now) from e
-                version = layout.commit_version(path, tag.token, sess)
+                version = layout.commit_version(path, tag.token, before)
             return layout.changes_at(self.name, version).select(*st.PUBLIC_COLUMNS)
 
         result = self._guarded(lambda: st.retrying(
@@ -271,6 +286,45 @@ class Tube:
         if result is not None:
             self._emit(result, event or op.name)
         return result
+
+    def _pick(self, sess: SparkSession, now: float, tasks: Any,
+              chooser: Callable[[float], DataFrame] | None, collect_upto: int,
+              ) -> tuple[DataFrame, int, int, dict[str, int]] | None:
+        """The ids a MERGE changes, their bounds, and how many were stored taken/delayed.
+
+        Small choices come to the driver in one job; big ones are checkpointed
+        in Spark (one job) and summarized (one more).
+        """
+        if chooser is None and not isinstance(validate.task_ids(tasks), DataFrame):
+            ids = validate.task_ids(tasks)
+            assert isinstance(ids, list)
+            if not ids:
+                return None
+            return (sess.createDataFrame([(i,) for i in ids], "task_id long"),
+                    ids[0], ids[-1], {})
+        if chooser is not None:
+            frame = chooser(now).select("task_id", "status")
+        else:
+            frame = self._ids_frame(sess, tasks).withColumn("status", F.lit(None).cast("string"))
+        if collect_upto:
+            rows = frame.collect()
+            if not rows:
+                return None
+            got = sorted(int(r["task_id"]) for r in rows)
+            stored = [r["status"] for r in rows]
+            counts = {"ttr": stored.count("taken"), "delay": stored.count("delayed")}
+            return (sess.createDataFrame([(i,) for i in got], "task_id long"), got[0], got[-1],
+                    {k: v for k, v in counts.items() if v})
+        base = frame.localCheckpoint(eager=True)
+        stats = base.agg(
+            F.count("*"), F.min("task_id"), F.max("task_id"),
+            F.count(F.when(F.col("status") == "taken", 1)),
+            F.count(F.when(F.col("status") == "delayed", 1)),
+        ).first()
+        if stats is None or not stats[0]:
+            return None
+        counts = {k: int(v) for k, v in (("ttr", stats[3]), ("delay", stats[4])) if v}
+        return base.select("task_id"), int(stats[1]), int(stats[2]), counts
 
     def _diagnose(self, op: _Op, ids: DataFrame, failed: tuple[str, int], who: str,
                   now: float) -> QueueError:
@@ -285,6 +339,8 @@ class Tube:
         ).format(eff=eff, now=sql_num(now))
         rows = (joined.selectExpr("s.task_id AS id", f"{kind_sql} AS kind", f"{eff} AS state")
                 .where("kind IS NOT NULL").collect())
+        kinds = {str(r["kind"]) for r in rows}
+        kind = next((k for k in ("TaskNotFound", "NotOwner", "InvalidState") if k in kinds), kind)
         ids_of = sorted(int(r["id"]) for r in rows if r["kind"] == kind) or [failed[1]]
         states = {int(r["id"]): str(r["state"]) for r in rows}
         return st.typed_guard_error(self.name, kind, ids_of, who, states)
@@ -330,7 +386,7 @@ class Tube:
         opts.pop("pri", None)
         return self._put(data, urgent=True, event="put", **opts)
 
-    def _put(self, data: Any, *, urgent: bool = False, event: str, **opts: Any) -> Any:
+    def _put(self, data: Any, *, urgent: bool = False, event: str, **opts: Any) -> DataFrame | Task:
         given = {k for k, v in opts.items() if v is not None}
         unsupported = given - self.driver.put_options()
         if unsupported:
@@ -354,11 +410,13 @@ class Tube:
                                                      opts.get("timeout"), event))
 
     def _payload(self, data: Any, tube_schema: T.StructType | None) -> DataFrame:
-        """``data`` as a one-column DataFrame ``data`` (struct), conformed to the tube's schema."""
+        """``data`` with its payload struct in column PAYLOAD, conformed to the tube's schema."""
         if isinstance(data, DataFrame):
             if not data.columns:
                 raise InvalidOption("a DataFrame put needs at least one column")
-            frame = data.select(F.struct(*[F.col(f"`{c}`") for c in data.columns]).alias("data"))
+            # keep the columns beside the payload: per-row options are Columns of them
+            frame = data.select("*", F.struct(*[F.col(f"`{c}`") for c in data.columns])
+                                .alias(PAYLOAD))
         else:
             items = list(data) if isinstance(data, (list, tuple)) else [data]
             if not items:
@@ -379,7 +437,7 @@ class Tube:
                 keys, rows = ["value"], [(i,) for i in items]
             if tube_schema is not None and set(keys) <= set(tube_schema.fieldNames()):
                 order = tube_schema.fieldNames()
-                rows = [tuple(dict(zip(keys, r)).get(k) for k in order) for r in rows]
+                rows = [tuple(dict(zip(keys, r, strict=True)).get(k) for k in order) for r in rows]
                 try:
                     frame = self._spark.createDataFrame(rows, tube_schema)
                 except (TypeError, ValueError) as e:
@@ -391,16 +449,17 @@ class Tube:
                     frame = self._spark.createDataFrame(rows, keys)
                 except (TypeError, ValueError) as e:
                     raise InvalidOption(f"cannot build a payload from {items[:3]!r}: {e}") from e
-            frame = frame.select(F.struct(*[F.col(f"`{c}`") for c in frame.columns]).alias("data"))
-        incoming = frame.schema["data"].dataType
+            frame = frame.select(F.struct(*[F.col(f"`{c}`") for c in frame.columns])
+                                 .alias(PAYLOAD))
+        incoming = frame.schema[PAYLOAD].dataType
         assert isinstance(incoming, T.StructType)
         if tube_schema is None:
             return frame
-        return frame.select(conform(F.col("data"), incoming, tube_schema, self.name).alias("data"))
+        return frame.withColumn(PAYLOAD, conform(F.col(PAYLOAD), incoming, tube_schema, self.name))
 
     def _write_put(self, data: Any, single: bool, urgent: bool, pri: Any,
                    times: dict[str, Any], utube: Any, timeout: float | None,
-                   event: str) -> Any:
+                   event: str) -> DataFrame | Task:
         layout = self._layout
         inbox = layout.inbox(self.name)
         current = layout.read(inbox).schema
@@ -442,7 +501,7 @@ class Tube:
             F.when(delay > 0, F.least(n + delay, n + delay + ttl))
             .otherwise(n + delay + ttl).alias("next_event"),
             F.lit(tag.token).alias("put_token"),
-            "data",
+            F.col(PAYLOAD).alias("data"),
         )
         try:
             (rows.write.format("delta").mode("append")
@@ -518,12 +577,14 @@ class Tube:
                 "delay_end": "0.0D",
             },
             missing="Stale",
+            pending=True,
         )
         while True:
             result = self._mutate(
                 take, None, owner=who,
-                chooser=lambda now: self.driver.choose(self._live(now), n, win),
+                chooser=lambda now: self.driver.choose(self._live(now, pending=False), n, win),
                 deadline=self._deadline(wait if wait != float("inf") else 0.0),
+                collect_upto=n if n <= COLLECT_UPTO else 0,
             )
             if result is not None:
                 return result
@@ -598,18 +659,20 @@ class Tube:
 
     def done(self, task_id: int, data: Any) -> DataFrame:
         """Complete a task taken by this Queue's owner but keep it, with ``data`` as payload."""
-        ident = validate.task_ids(task_id)
+        ident = self._one_id(task_id)
         schema = self._layout.read(self._layout.tasks(self.name)).schema
         tube_schema = schema["data"].dataType if "data" in schema.fieldNames() else None
         assert tube_schema is None or isinstance(tube_schema, T.StructType)
         payload = self._payload(data if isinstance(data, (dict, DataFrame)) else data,
                                 tube_schema).first()
         assert payload is not None
+        payload = payload[PAYLOAD]
         op = _Op("done", self._OWNED, {
             "status": "'done'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
             "data": "s.arg_data"})
-        struct = F.lit(None).cast(tube_schema) if tube_schema is not None else None
-        value = _struct_literal(payload["data"], tube_schema) if tube_schema else struct
+        if tube_schema is None:  # nothing was ever put: no task can be taken
+            raise TaskNotFound(self.name, ident)
+        value = _struct_literal(payload, tube_schema)
         return self._mutate(op, ident, extra={"data": value}) or self._empty()
 
     # -- bury / kick / dig / delete ------------------------------------------------------
@@ -624,6 +687,7 @@ class Tube:
             {"status": "'buried'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
              "delay_end": "0.0D", "buried_count": "t.buried_count + 1"},
             skip="{eff} = 'buried'",
+            pending=True,
         )
         return self._mutate(op, tasks, owner=owner) or self._empty()
 
@@ -636,13 +700,14 @@ class Tube:
             return 0
         op = _Op("kick", "CASE WHEN {eff} <> 'buried' THEN 'Stale' END", self._UNBURY,
                  missing="Stale")
-        result = self._mutate(op, None, chooser=lambda now: self._live(now).where(
+        result = self._mutate(op, None, collect_upto=count if count <= COLLECT_UPTO else 0,
+                              chooser=lambda now: self._live(now, pending=False).where(
             "eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
         return 0 if result is None else result.count()
 
     def dig(self, task_id: int) -> DataFrame:
         """Move one buried task to ``ready`` (the older API's ``dig``)."""
-        ident = validate.task_ids(task_id)
+        ident = self._one_id(task_id)
         op = _Op("dig", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
                  "WHEN {eff} <> 'buried' THEN 'InvalidState' END", self._UNBURY)
         return self._mutate(op, ident) or self._empty()
@@ -651,7 +716,8 @@ class Tube:
 
     def delete(self, tasks: Tasks) -> DataFrame:
         """Remove tasks whatever their state; returns them with status ``done``."""
-        op = _Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None)
+        op = _Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None,
+                 pending=True)
         return self._mutate(op, tasks) or self._empty()
 
     def release_all(self) -> int:
@@ -660,7 +726,8 @@ class Tube:
                  {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
                   "lease_end": "0.0D"}, missing="Stale")
         result = self._mutate(op, None, event="release",
-                              chooser=lambda now: self._live(now).where("eff = 'taken'"))
+                              chooser=lambda now: self._live(now, pending=False).where(
+                                  "eff = 'taken'"))
         return 0 if result is None else result.count()
 
     # -- reads ----------------------------------------------------------------------------
@@ -687,7 +754,7 @@ class Tube:
 
     def meta(self, task_id: int) -> dict[str, Any]:
         """Everything known of one task: times, counters, owner, and ``now``."""
-        ident = validate.task_ids(task_id)
+        ident = self._one_id(task_id)
         now = self._now()
         row = self._guarded(lambda: self._view(now).where(F.col("task_id").isin(ident)).first())
         if row is None:

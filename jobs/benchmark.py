@@ -1,0 +1,188 @@
+"""sparkqueue benchmark: each figure against a plain-Delta baseline run in the same process.
+
+Prints, in one run:
+
+- put of N rows (default 1,000,000) against a plain Delta append of the same rows;
+- take(n) for n = 1, 1,000, 100,000 on an N-task tube, against a hand-written
+  MERGE that flips the n lowest-id ready rows of a plain Delta table holding
+  the same rows (each a median of --repeat runs, after a warm-up run);
+- a drain of N tasks, take + ack in batches of 100,000, in tasks per second.
+
+With --scale it adds take(1,000) on a 10,000-task tube against the same on a
+--big-task tube (10,000,000 by default; slow to build).
+
+    python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
+    spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/benchmark.py
+
+Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
+machine runs it; quote medians and ratios, and the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from typing import Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import sparkqueue
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
+
+
+def median_of(fn: Callable[[], Any], repeat: int) -> float:
+    fn()  # warm-up: the first run of a query shape is several times slower
+    return statistics.median(timed(fn) for _ in range(repeat))
+
+
+def payload(spark: SparkSession, n: int) -> DataFrame:
+    return spark.range(n).select(
+        F.col("id").alias("n"),
+        F.concat(F.lit("https://example.com/item/"), F.col("id").cast("string")).alias("url"),
+    )
+
+
+def plain_table(spark: SparkSession, path: str, n: int) -> None:
+    """A plain Delta table with one row per task, shaped like a queue (the MERGE baseline)."""
+    (payload(spark, n).select(
+        F.col("n").alias("id"), F.lit("ready").alias("status"), F.lit(0).cast("long").alias("pri"),
+        F.lit(None).cast("string").alias("owner"), F.lit(0.0).alias("lease_end"),
+        F.struct("n", "url").alias("data"))
+     .write.format("delta").mode("overwrite").save(path))
+
+
+def plain_take(spark: SparkSession, path: str, n: int) -> None:
+    """The hand-written take: MERGE flipping the n lowest-id ready rows."""
+    table = DeltaTable.forPath(spark, path)
+    chosen = (table.toDF().where("status = 'ready'").orderBy("pri", "id").limit(n)
+              .select("id").localCheckpoint(eager=True))
+    (table.alias("t").merge(chosen.alias("s"), "t.id = s.id")
+     .whenMatchedUpdate(condition="t.status = 'ready'",
+                        set={"status": "'taken'", "owner": "'bench'",
+                             "lease_end": F.lit(time.time() + 60)})
+     .execute())
+
+
+def release_all_plain(spark: SparkSession, path: str) -> None:
+    DeltaTable.forPath(spark, path).update("status = 'taken'", {"status": "'ready'"})
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="sparkqueue against plain Delta")
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--takes", default="1,1000,100000", help="take sizes, comma-separated")
+    parser.add_argument("--drain-batch", type=int, default=100_000)
+    parser.add_argument("--scale", action="store_true", help="also take(1000) on a --big tube")
+    parser.add_argument("--big", type=int, default=10_000_000)
+    parser.add_argument("--root", default=None, help="work directory (default: a temp dir)")
+    parser.add_argument("--json", default=None, help="also write the figures here")
+    args = parser.parse_args(argv)
+
+    root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-")
+    spark = sparkqueue.session(app_name="sparkqueue-benchmark")
+    sq = sparkqueue.connect(spark, f"{root}/queues", owner="bench")
+    figures: dict[str, Any] = {
+        "machine": f"{platform.node()} {platform.machine()} {platform.system()}",
+        "cores": spark.sparkContext.defaultParallelism, "rows": args.rows,
+        "date": time.strftime("%Y-%m-%d"), "sparkqueue": sparkqueue.__version__,
+    }
+    rows = payload(spark, args.rows).localCheckpoint(eager=True)
+
+    # put against a plain append of the same rows (after one warm-up of each)
+    sq.create_tube("warm", "fifottl").put(payload(spark, 1000))
+    payload(spark, 1000).write.format("delta").save(f"{root}/warm_plain")
+    tube = sq.create_tube("bench", "fifottl")
+    figures["put_s"] = timed(lambda: tube.put(rows))
+    figures["append_s"] = timed(
+        lambda: rows.write.format("delta").mode("overwrite").save(f"{root}/plain_append"))
+    figures["put_ratio"] = figures["put_s"] / figures["append_s"]
+
+    # the first take moves the puts from the inbox into the tasks table: report it apart
+    figures["first_take_with_ingest_s"] = timed(lambda: tube.take(1))
+    tube.release_all()
+    plain_table(spark, f"{root}/plain_tasks", args.rows)
+
+    for n in (int(x) for x in args.takes.split(",")):
+        def ours(n: int = n) -> None:
+            tube.take(n)
+            tube.release_all()
+
+        def theirs(n: int = n) -> None:
+            plain_take(spark, f"{root}/plain_tasks", n)
+            release_all_plain(spark, f"{root}/plain_tasks")
+
+        # time only the take: a release after each run keeps the table the same
+        take_times, merge_times = [], []
+        for i in range(args.repeat + 1):
+            t = timed(lambda n=n: tube.take(n))
+            tube.release_all()
+            m = timed(lambda n=n: plain_take(spark, f"{root}/plain_tasks", n))
+            release_all_plain(spark, f"{root}/plain_tasks")
+            if i:  # the first pair is the warm-up
+                take_times.append(t)
+                merge_times.append(m)
+        del ours, theirs
+        figures[f"take_{n}_s"] = statistics.median(take_times)
+        figures[f"merge_{n}_s"] = statistics.median(merge_times)
+        figures[f"take_{n}_ratio"] = figures[f"take_{n}_s"] / figures[f"merge_{n}_s"]
+
+    # drain: take + ack in batches until empty
+    drain = sq.create_tube("drain", "fifottl")
+    drain.put(rows)
+    drain.take(1)
+    drain.release_all()
+    done = 0
+    start = time.perf_counter()
+    while True:
+        batch = drain.take(args.drain_batch)
+        got = batch.count()
+        if not got:
+            break
+        drain.ack(batch)
+        done += got
+    figures["drain_tasks"] = done
+    figures["drain_s"] = time.perf_counter() - start
+    figures["drain_tasks_per_s"] = done / figures["drain_s"]
+
+    if args.scale:
+        for size in (10_000, args.big):
+            t = sq.create_tube(f"scale{size}", "fifottl")
+            t.put(payload(spark, size))
+            t.take(1)
+            t.release_all()
+            figures[f"take_1000_on_{size}_s"] = median_of(
+                lambda t=t: (t.take(1000), t.release_all()), args.repeat)
+        figures["take_1000_scale_ratio"] = (
+            figures[f"take_1000_on_{args.big}_s"] / figures["take_1000_on_10000_s"])
+
+    width = max(len(k) for k in figures)
+    print("\nsparkqueue benchmark")
+    for key, value in figures.items():
+        shown = f"{value:.3f}" if isinstance(value, float) else str(value)
+        print(f"  {key:<{width}}  {shown}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(figures, f, indent=2)
+    spark.stop()
+    if args.root is None:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

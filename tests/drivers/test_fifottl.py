@@ -1,0 +1,162 @@
+"""What is particular to fifottl (and limfifottl, which extends it): time and priorities.
+
+Time moves by the Queue's injected clock, never by sleeping.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from sparkqueue import FakeClock, InvalidOption, InvalidState, NotSupported, Queue, TaskNotFound
+from tests.conftest import ids
+
+
+@pytest.fixture
+def ttl_tube(sq: Queue):  # type: ignore[no-untyped-def]
+    # limfifottl is fifottl plus a capacity: its time rules are these, checked once in
+    # tests/drivers/test_limfifottl.py
+    return sq.create_tube("tt", "fifottl")
+
+
+def status(t, task_id: int) -> str:  # type: ignore[no-untyped-def]
+    return t.peek(task_id).first()["status"]
+
+
+def test_delayed_put_becomes_ready_when_the_delay_passes(ttl_tube, clock: FakeClock) -> None:
+    task = ttl_tube.put({"n": 1}, delay=5)
+    assert task.status == "delayed"
+    assert ttl_tube.put({"n": 2}, delay=0).status == "ready"  # delay 0 is not delayed
+    assert ids(ttl_tube.take(5)) == [task.task_id + 1]
+    clock.advance(5)
+    assert status(ttl_tube, task.task_id) == "ready"  # no sweeper needed
+    assert ids(ttl_tube.take()) == [task.task_id]
+    assert ttl_tube.statistics()["calls"]["delay"] == 1
+
+
+def test_ttl_expiry_removes_unused_tasks(ttl_tube, clock: FakeClock) -> None:
+    task = ttl_tube.put({"n": 1}, ttl=10)
+    clock.advance(9.9)
+    assert status(ttl_tube, task.task_id) == "ready"
+    clock.advance(0.2)
+    with pytest.raises(TaskNotFound):
+        ttl_tube.peek(task.task_id)
+    assert ttl_tube.take(timeout=0).count() == 0
+    stats = ttl_tube.statistics()
+    assert stats["tasks"]["total"] == 0
+    assert stats["tasks"]["done"] == 1 and stats["calls"]["ttl"] == 1
+
+
+def test_ttl_counts_from_put_and_includes_the_delay(ttl_tube, clock: FakeClock) -> None:
+    task = ttl_tube.put({"n": 1}, ttl=60, delay=80)
+    clock.advance(139)
+    assert status(ttl_tube, task.task_id) == "ready"
+    clock.advance(2)
+    with pytest.raises(TaskNotFound):
+        ttl_tube.peek(task.task_id)
+
+
+def test_ttr_expiry_returns_a_task_to_ready(ttl_tube, clock: FakeClock) -> None:
+    task = ttl_tube.put({"n": 1}, ttr=30)
+    ttl_tube.take()
+    clock.advance(31)
+    assert status(ttl_tube, task.task_id) == "ready"
+    with pytest.raises(InvalidState):
+        ttl_tube.ack(task.task_id)
+    retaken = ttl_tube.take()
+    assert retaken.first()["taken_count"] == 2
+    assert ttl_tube.statistics()["calls"]["ttr"] == 1
+
+
+def test_ttr_defaults_to_ttl_and_a_lease_ends_at_the_earlier(ttl_tube, clock: FakeClock) -> None:
+    short = ttl_tube.put({"n": 1}, ttl=20, ttr=100).task_id
+    ttl_tube.take()
+    assert ttl_tube.meta(short)["event"] == pytest.approx(clock() + 20)
+    clock.advance(21)  # the ttl ended inside the lease: the task is gone
+    with pytest.raises(TaskNotFound):
+        ttl_tube.peek(short)
+    default = ttl_tube.put({"n": 2}, ttl=50).task_id
+    assert ttl_tube.meta(default)["ttr"] == 50
+
+
+def test_touch_extends_the_lease(ttl_tube, clock: FakeClock) -> None:
+    task = ttl_tube.put({"n": 1}, ttl=20, ttr=10).task_id
+    ttl_tube.take()
+    touched = ttl_tube.touch(task, 30)
+    assert touched.first()["ttr"] == 40
+    clock.advance(15)
+    assert status(ttl_tube, task) == "taken"
+    assert ids(ttl_tube.ack(task)) == [task]
+    with pytest.raises(InvalidOption):
+        ttl_tube.touch(task, -1)
+
+
+def test_buried_task_keeps_its_ttl_not_its_ttr(ttl_tube, clock: FakeClock) -> None:
+    task = ttl_tube.put({"n": 1}, ttl=100, ttr=2).task_id
+    ttl_tube.take()
+    ttl_tube.bury(task)
+    clock.advance(50)
+    assert status(ttl_tube, task) == "buried"
+    clock.advance(51)
+    with pytest.raises(TaskNotFound):
+        ttl_tube.peek(task)
+
+
+def test_priority_order_and_kick_order(ttl_tube) -> None:
+    five, one_a, one_b, zero = (ttl_tube.put({"p": p}, pri=p).task_id for p in (5, 1, 1, 0))
+    assert [r["task_id"] for r in ttl_tube.take(4).orderBy("pri", "task_id").collect()] == [
+        zero, one_a, one_b, five]
+    ttl_tube.bury([five, one_a, one_b, zero])
+    ttl_tube.kick(1)
+    assert ids(ttl_tube.tasks_by_state("ready")) == [zero]
+
+
+def test_release_with_delay_delays_and_extends_ttl(ttl_tube, clock: FakeClock) -> None:
+    task = ttl_tube.put({"n": 1}, ttl=10, ttr=20).task_id
+    ttl_tube.take()
+    released = ttl_tube.release(task, delay=5)
+    assert released.first()["status"] == "delayed"
+    assert released.first()["ttl"] == 15 and released.first()["ttr"] == 20
+    assert ttl_tube.take(timeout=0).count() == 0
+    clock.advance(5)
+    assert ids(ttl_tube.take()) == [task]
+
+
+def test_per_row_options_from_columns(ttl_tube, spark: SparkSession, clock: FakeClock) -> None:
+    df = spark.createDataFrame([("a", 0.0, 3), ("b", 50.0, 1)], "k string, d double, p int")
+    created = ttl_tube.put(df, delay=F.col("d"), pri=F.col("p"))
+    assert {r["data"]["k"]: r["status"] for r in created.collect()} == {
+        "a": "ready", "b": "delayed"}
+    clock.advance(50)
+    assert [r["data"]["k"] for r in ttl_tube.take(2).orderBy("pri").collect()] == ["b", "a"]
+    bad = spark.createDataFrame([("c", -1.0)], "k string, d double")
+    with pytest.raises(InvalidOption, match="delay"):
+        ttl_tube.put(bad.select("k"), delay=F.lit(-1.0))
+
+
+def test_tube_defaults(sq: Queue, clock: FakeClock) -> None:
+    t = sq.create_tube("defaults", "fifottl", ttl=100, ttr=10, pri=3, delay=5)
+    task = t.put({"n": 1})
+    meta = t.meta(task.task_id)
+    assert (task.status, meta["ttl"], meta["ttr"], meta["pri"]) == ("delayed", 100, 10, 3)
+    assert meta["event"] == pytest.approx(clock() + 5)
+
+
+def test_infinite_ttl_by_default(ttl_tube) -> None:
+    meta = ttl_tube.meta(ttl_tube.put({"n": 1}).task_id)
+    assert math.isinf(meta["ttl"]) and math.isinf(meta["ttr"])
+
+
+def test_fifo_has_no_time_options(sq: Queue) -> None:
+    fifo = sq.create_tube("plain", "fifo")
+    with pytest.raises(InvalidOption, match="ttl"):
+        fifo.put({"n": 1}, ttl=5)
+    task = fifo.put({"n": 1}).task_id
+    fifo.take()
+    with pytest.raises(NotSupported):
+        fifo.touch(task, 5)
+    with pytest.raises(NotSupported):
+        fifo.release(task, delay=5)

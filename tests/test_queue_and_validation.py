@@ -1,0 +1,169 @@
+"""The Queue (registry of tubes, drivers) and bad input: typed errors, nothing written."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+import sparkqueue
+from sparkqueue import (
+    FifoDriver,
+    InvalidOption,
+    Queue,
+    QueueError,
+    SchemaMismatch,
+    TubeExists,
+    TubeNotFound,
+)
+from tests.conftest import versions
+
+BAD_NAMES = ["", "x" * 33, "it's", "a;b", "a.b", "a/b", "a b", "tübe", "'; DROP", None, 7, b"ab"]
+
+
+@pytest.mark.parametrize("name", BAD_NAMES, ids=repr)
+def test_bad_tube_names_are_refused_before_anything_is_written(sq: Queue, name: object) -> None:
+    with pytest.raises(InvalidOption, match="tube name"):
+        sq.create_tube(name)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOption):
+        sq.tube(name)  # type: ignore[arg-type]
+    assert sq.tubes() == []
+
+
+def test_name_of_32_characters_is_fine(sq: Queue) -> None:
+    sq.create_tube("x" * 32)
+    assert sq.tubes() == ["x" * 32]
+
+
+def test_unknown_type_lists_the_known_ones(sq: Queue) -> None:
+    with pytest.raises(InvalidOption, match="fifo, fifottl, limfifottl"):
+        sq.create_tube("t", "nosuch")
+
+
+@pytest.mark.parametrize("kind, opts", [
+    ("fifo", {"ttl": 5}), ("fifo", {"pri": 1}), ("fifo", {"delay": 1}),
+    ("fifottl", {"capacity": 3}), ("fifottl", {"window": 2}), ("fifo", {"bogus": 1}),
+])
+def test_options_a_driver_does_not_support(sq: Queue, kind: str, opts: dict) -> None:
+    with pytest.raises(InvalidOption, match=next(iter(opts))):
+        sq.create_tube("t", kind, **opts)
+    assert sq.tubes() == []
+
+
+@pytest.mark.parametrize("value", [-1, float("nan"), "10", True, None])
+def test_bad_times(sq: Queue, value: object) -> None:
+    if value is not None:
+        with pytest.raises(InvalidOption):
+            sq.create_tube("t", "fifottl", ttl=value)  # type: ignore[arg-type]
+    t = sq.create_tube("t2", "fifottl")
+    before = versions(t)
+    for kwargs in ({"ttl": value}, {"ttr": value}, {"delay": value}):
+        if value is None:
+            continue
+        with pytest.raises(InvalidOption):
+            t.put({"n": 1}, **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(InvalidOption):
+        t.take(timeout=-1)
+    assert versions(t) == before
+
+
+def test_bad_counts(sq: Queue) -> None:
+    t = sq.create_tube("t", "fifottl")
+    for bad in (0, -1, "3", 1.5, True):
+        with pytest.raises(InvalidOption):
+            t.take(bad)  # type: ignore[arg-type]
+    for bad in (-1, "2", None):
+        with pytest.raises(InvalidOption):
+            t.kick(bad)  # type: ignore[arg-type]
+    for bad in (-1, "1", 1.0, [1, "x"]):
+        with pytest.raises(InvalidOption):
+            t.ack(bad)  # type: ignore[arg-type]
+
+
+def test_payload_schema_must_fit_the_tube(sq: Queue, spark: SparkSession) -> None:
+    t = sq.create_tube("t", "fifo")
+    t.put({"url": "a.com", "depth": 1})
+    t.take()
+    before = versions(t)
+    with pytest.raises(SchemaMismatch, match="depth"):
+        t.put({"url": "b.com", "depth": "deep"})
+    with pytest.raises(SchemaMismatch, match="extra"):
+        t.put(spark.createDataFrame([("c", 1, 2)], "url string, depth long, extra int"))
+    with pytest.raises(SchemaMismatch):
+        t.put(5)
+    assert versions(t) == before
+    # a subset of the fields, and a narrower integer, are fine
+    assert t.put({"url": "d.com"}).data == {"url": "d.com", "depth": None}
+    assert t.put(spark.createDataFrame([("e", 2)], "url string, depth int")).count() == 1
+
+
+def test_tube_registry(sq: Queue, spark: SparkSession) -> None:
+    sq.create_tube("a", "fifo")
+    sq.create_tube("b", "fifottl", ttl=10)
+    assert sq.tubes() == ["a", "b"]
+    with pytest.raises(TubeExists):
+        sq.create_tube("a")
+    again = sq.create_tube("a", "fifottl", if_not_exists=True)
+    assert again.type == "fifo"  # the existing tube keeps its type
+    with pytest.raises(TubeNotFound, match="existing tubes: a, b"):
+        sq.tube("c")
+    other = sparkqueue.connect(spark, sq.root)
+    assert other.tube("b").options["ttl"] == 10
+    with pytest.raises(TubeNotFound):
+        other.statistics("nosuch")
+
+
+def test_racing_creators_end_with_one_tube_and_one_tube_exists(
+        sq: Queue, spark: SparkSession) -> None:
+    outcomes: list[str] = []
+
+    def create() -> None:
+        q = sparkqueue.connect(spark, sq.root)
+        try:
+            q.create_tube("race", "fifo")
+            outcomes.append("created")
+        except TubeExists:
+            outcomes.append("exists")
+
+    threads = [threading.Thread(target=create) for _ in range(2)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert sorted(outcomes) == ["created", "exists"]
+    assert sq.tubes() == ["race"]
+
+
+class NewestFirst(FifoDriver):
+    name = "newest"
+
+    def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
+        return live.where("eff = 'ready'").orderBy(live["task_id"].desc()).limit(n)
+
+
+def test_custom_driver(sq: Queue) -> None:
+    sq.register_driver("newest", NewestFirst)
+    with pytest.raises(InvalidOption, match="already registered"):
+        sq.register_driver("newest", NewestFirst)
+    with pytest.raises(InvalidOption):
+        sq.register_driver("bad", object)  # type: ignore[arg-type]
+    t = sq.create_tube("n", "newest")
+    first, second = (t.put({"n": i}).task_id for i in range(2))
+    assert t.take().first()["task_id"] == second
+    assert first < second
+
+
+def test_errors_form_one_tree() -> None:
+    for err in (TubeNotFound("x"), InvalidOption("x"), SchemaMismatch("x")):
+        assert isinstance(err, QueueError)
+    assert issubclass(InvalidOption, ValueError)
+
+
+def test_owner_and_clock_are_validated(spark: SparkSession, root: str) -> None:
+    with pytest.raises(InvalidOption):
+        sparkqueue.connect(spark, root, owner="")
+    with pytest.raises(InvalidOption):
+        sparkqueue.connect(spark, root, clock=5)  # type: ignore[arg-type]
+    q = sparkqueue.connect(spark, root)
+    assert len(q.owner) == 32 and q.owner != sparkqueue.connect(spark, root).owner
