@@ -68,9 +68,10 @@ def plain_table(spark: SparkSession, path: str, n: int) -> None:
 def plain_take(spark: SparkSession, path: str, n: int) -> None:
     """The hand-written take: MERGE flipping the n lowest-id ready rows."""
     table = DeltaTable.forPath(spark, path)
-    chosen = (table.toDF().where("status = 'ready'").orderBy("pri", "id").limit(n)
-              .select("id").localCheckpoint(eager=True))
-    (table.alias("t").merge(chosen.alias("s"), "t.id = s.id")
+    chosen = (spark.read.format("delta").load(path).where("status = 'ready'")
+              .orderBy("pri", "id").limit(n).select(F.col("id").alias("sid"))
+              .localCheckpoint(eager=True))
+    (table.alias("t").merge(chosen.alias("s"), "t.id = s.sid")
      .whenMatchedUpdate(condition="t.status = 'ready'",
                         set={"status": "'taken'", "owner": "'bench'",
                              "lease_end": F.lit(time.time() + 60)})

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -431,10 +431,7 @@ def typed_guard_error(tube: str, kind: str, ids: list[int], owner: str,
 
 
 def missing_table_error(tube: str, e: BaseException) -> TubeNotFound:
+    """The error for an operation on a tube whose tables are gone (dropped)."""
     err = TubeNotFound(tube)
     err.__cause__ = e
     return err
-
-
-def lit_col(value: Any) -> Column:
-    return F.lit(value)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -644,7 +644,7 @@ class Tube:
         action = {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
                   "lease_end": "0.0D", "order_key": f"{base} + s.arg_rank"}
         op = _Op("requeue", self._OWNED, action)
-        rank = F.row_number().over(_by_id()) - 1
+        rank = F.row_number().over(Window.orderBy("task_id")) - 1
         return self._mutate(op, tasks, extra={"rank": rank}, owner=owner) or self._empty()
 
     def touch(self, tasks: Tasks, increment: float, *, owner: str | None = None) -> DataFrame:
@@ -855,11 +855,6 @@ class Tube:
 
 
 # -- helpers ---------------------------------------------------------------------------------
-
-def _by_id() -> Any:
-    from pyspark.sql import Window
-    return Window.orderBy("task_id")
-
 
 def checked(col: Column, what: str) -> Column:
     """A per-row time that fails the write (nothing committed) when negative or NaN."""
