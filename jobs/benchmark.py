@@ -44,6 +44,10 @@ def timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
+def say(what: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
+
+
 def median_of(fn: Callable[[], Any], repeat: int) -> float:
     fn()  # warm-up: the first run of a query shape is several times slower
     return statistics.median(timed(fn) for _ in range(repeat))
@@ -92,10 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--big", type=int, default=10_000_000)
     parser.add_argument("--root", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--driver-memory", default="6g",
+                        help="for a local run started with plain python (spark-submit: "
+                             "use its --driver-memory)")
     args = parser.parse_args(argv)
 
     root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-")
-    spark = sparkqueue.session(app_name="sparkqueue-benchmark")
+    spark = sparkqueue.session(app_name="sparkqueue-benchmark",
+                               conf={"spark.driver.memory": args.driver_memory})
     sq = sparkqueue.connect(spark, f"{root}/queues", owner="bench")
     figures: dict[str, Any] = {
         "machine": f"{platform.node()} {platform.machine()} {platform.system()}",
@@ -104,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     rows = payload(spark, args.rows).localCheckpoint(eager=True)
 
+    say(f"put of {args.rows} rows against a plain append")
     # put against a plain append of the same rows (after one warm-up of each)
     sq.create_tube("warm", "fifottl").put(payload(spark, 1000))
     payload(spark, 1000).write.format("delta").save(f"{root}/warm_plain")
@@ -119,14 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     plain_table(spark, f"{root}/plain_tasks", args.rows)
 
     for n in (int(x) for x in args.takes.split(",")):
-        def ours(n: int = n) -> None:
-            tube.take(n)
-            tube.release_all()
-
-        def theirs(n: int = n) -> None:
-            plain_take(spark, f"{root}/plain_tasks", n)
-            release_all_plain(spark, f"{root}/plain_tasks")
-
+        say(f"take({n}) against the hand-written MERGE")
         # time only the take: a release after each run keeps the table the same
         take_times, merge_times = [], []
         for i in range(args.repeat + 1):
@@ -137,11 +139,11 @@ def main(argv: list[str] | None = None) -> int:
             if i:  # the first pair is the warm-up
                 take_times.append(t)
                 merge_times.append(m)
-        del ours, theirs
         figures[f"take_{n}_s"] = statistics.median(take_times)
         figures[f"merge_{n}_s"] = statistics.median(merge_times)
         figures[f"take_{n}_ratio"] = figures[f"take_{n}_s"] / figures[f"merge_{n}_s"]
 
+    say(f"drain of {args.rows} tasks in batches of {args.drain_batch}")
     # drain: take + ack in batches until empty
     drain = sq.create_tube("drain", "fifottl")
     drain.put(rows)

@@ -71,7 +71,9 @@ class _Op:
     guard: str | None  # SQL of the error kind for a row that must not change, or NULL
     action: dict[str, str] | None  # UPDATE SET; None means DELETE
     skip: str | None = None  # SQL: rows that match but are left as they are
-    missing: str = "TaskNotFound"  # error kind for ids with no row
+    # error kind for ids with no row; None: such ids are passed over (a take's
+    # choice that was deleted meanwhile), which keeps the MERGE matched-only
+    missing: str | None = "TaskNotFound"
     # Whether the op may touch tasks still in the inbox (ready ones): only then is
     # the inbox ingested first. Ops on taken or buried tasks never need to.
     pending: bool = False
@@ -269,8 +271,9 @@ class Tube:
                         str(action.get(k, f"t.{k}"))
                         for k in ("status", "delay_end", "lease_end", "ttl_end")))
                     builder = builder.whenMatchedUpdate(condition=cond, set=action)
-                builder = builder.whenNotMatchedInsert(values={
-                    "task_id": st.raise_missing(op.missing)})
+                if op.missing:
+                    builder = builder.whenNotMatchedInsert(values={
+                        "task_id": st.raise_missing(op.missing)})
                 try:
                     builder.execute()
                 except Exception as e:
@@ -335,7 +338,8 @@ class Tube:
         joined = src.join(live, F.col("s.task_id") == F.col("t.task_id"), "left")
         eff = effective_status(now, "t.")
         kind_sql = (
-            f"CASE WHEN t.task_id IS NULL THEN '{op.missing}' ELSE ({op.guard or 'NULL'}) END"
+            f"CASE WHEN t.task_id IS NULL THEN '{op.missing or 'TaskNotFound'}' "
+            f"ELSE ({op.guard or 'NULL'}) END"
         ).format(eff=eff, now=sql_num(now))
         rows = (joined.selectExpr("s.task_id AS id", f"{kind_sql} AS kind", f"{eff} AS state")
                 .where("kind IS NOT NULL").collect())
@@ -504,8 +508,10 @@ class Tube:
             F.col(PAYLOAD).alias("data"),
         )
         try:
-            (rows.write.format("delta").mode("append")
-             .option("mergeSchema", "true").option("userMetadata", tag.json()).save(inbox))
+            writer = rows.write.format("delta").mode("append").option("userMetadata", tag.json())
+            if tube_schema is None:  # the first put gives the tube its payload schema
+                writer = writer.option("mergeSchema", "true")
+            writer.save(inbox)
         except Exception as e:
             if "sparkqueue:InvalidOption" in str(e):
                 bad = str(e).split("sparkqueue:InvalidOption:0 ", 1)[1].split("\n")[0]
@@ -576,7 +582,7 @@ class Tube:
                 "taken_count": "t.taken_count + 1",
                 "delay_end": "0.0D",
             },
-            missing="Stale",
+            missing=None,
             pending=True,
         )
         while True:
@@ -699,7 +705,7 @@ class Tube:
         if count == 0:
             return 0
         op = _Op("kick", "CASE WHEN {eff} <> 'buried' THEN 'Stale' END", self._UNBURY,
-                 missing="Stale")
+                 missing=None)
         result = self._mutate(op, None, collect_upto=count if count <= COLLECT_UPTO else 0,
                               chooser=lambda now: self._live(now, pending=False).where(
             "eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
@@ -724,7 +730,7 @@ class Tube:
         """Return every taken task, whoever holds it, to ``ready``; the count."""
         op = _Op("release_all", "CASE WHEN {eff} <> 'taken' THEN 'Stale' END",
                  {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
-                  "lease_end": "0.0D"}, missing="Stale")
+                  "lease_end": "0.0D"}, missing=None)
         result = self._mutate(op, None, event="release",
                               chooser=lambda now: self._live(now, pending=False).where(
                                   "eff = 'taken'"))
