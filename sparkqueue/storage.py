@@ -90,6 +90,12 @@ INBOX_COLUMNS = [
 PUBLIC_COLUMNS = ["task_id", "status", "data", "pri", "utube", "owner", "created", "ttl", "ttr",
                   "taken_count", "buried_count"]
 
+#: Rows per file of the tasks table, as ingest writes them. Without deletion
+#: vectors a MERGE rewrites every file it touches, so small files keep the cost
+#: of a take or ack following its batch, not the tube; ids are ingested in order,
+#: so each file covers a narrow task_id range and MERGE bounds prune the rest.
+TASK_FILE_ROWS = 20_000
+
 CONFLICT_MARKERS = (
     "ConcurrentAppendException", "ConcurrentDeleteReadException",
     "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
@@ -285,6 +291,7 @@ class Layout:
         (frame.write.format("delta").mode("append")
          .option("txnAppId", app_id).option("txnVersion", 0)
          .option("mergeSchema", "true")
+         .option("maxRecordsPerFile", TASK_FILE_ROWS)
          .save(self.tasks(tube)))
 
     # -- reads ----------------------------------------------------------------------

@@ -849,6 +849,15 @@ class Tube:
         """Remove the tube and its tables; refuses with InvalidState while a task is taken."""
         self._q._drop(self)
 
+    def sink(self, stream_df: DataFrame, checkpoint_location: str, *,
+             trigger: dict[str, Any] | None = None, **put_opts: Any) -> Any:
+        """Structured-streaming sink feeding this tube (not built yet)."""
+        raise NotSupported("Tube.sink() is not built yet")
+
+    def changes(self, starting_version: int | None = None) -> DataFrame:
+        """Streaming DataFrame of task state transitions (not built yet)."""
+        raise NotSupported("Tube.changes() is not built yet")
+
     def on_task_change(self, callback: Callback | None = None) -> Callback | None:
         """Set ``callback(tasks_df, event)``, called after each committed change made
         through this process; returns the previous one. ``None`` removes it."""

@@ -84,9 +84,13 @@ def test_two_spark_applications_never_get_the_same_task(
         [sys.executable, str(HERE / "taker.py"), root, "x", "3", str(out)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     # start taking once the other application is up and taking too
-    deadline = time.monotonic() + 180
-    while not out.read_text() and other.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.5)
+    assert other.stdout is not None
+    seen = []
+    for line in other.stdout:  # Spark's start-up chatter comes first
+        seen.append(line)
+        if line.strip() == "taking":
+            break
+    assert seen and seen[-1].strip() == "taking", "".join(seen)
     mine: list[int] = []
     drain(tube, 3, mine, "this-process")
     output, _ = other.communicate(timeout=600)
