@@ -1,7 +1,7 @@
 """The clock protocol: one source of time for every ttl/ttr/delay/lease rule.
 
 Times are passed into queries as literals, never taken from Spark's
-``current_timestamp()``, so tests move a fake clock instead of sleeping.
+SQL clock, so tests move a fake clock instead of sleeping.
 """
 
 from __future__ import annotations
