@@ -11,6 +11,7 @@ import sparkqueue
 from sparkqueue import (
     FifoDriver,
     InvalidOption,
+    NotOwner,
     Queue,
     QueueError,
     SchemaMismatch,
@@ -167,3 +168,18 @@ def test_owner_and_clock_are_validated(spark: SparkSession, root: str) -> None:
         sparkqueue.connect(spark, root, clock=5)  # type: ignore[arg-type]
     q = sparkqueue.connect(spark, root)
     assert len(q.owner) == 32 and q.owner != sparkqueue.connect(spark, root).owner
+
+
+def test_non_owner_release_touch_bury_are_refused(sq: Queue, spark: SparkSession) -> None:
+    t = sq.create_tube("own", "fifottl")
+    task = t.put({"n": 1}).task_id
+    other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock)
+    other.tube("own").take()
+    before = versions(t)
+    for verb in (lambda: t.release(task), lambda: t.touch(task, 5), lambda: t.bury(task),
+                 lambda: t.requeue(task), lambda: t.ack(task)):
+        with pytest.raises(NotOwner) as err:
+            verb()
+        assert err.value.task_ids == [task]
+    assert versions(t) == before
+    assert t.peek(task).first()["owner"] == "consumer-b"
