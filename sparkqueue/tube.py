@@ -209,12 +209,6 @@ class Tube:
 
     # -- the MERGE every state change goes through ------------------------------------
 
-    def _ids_frame(self, spark: SparkSession, tasks: Any) -> DataFrame:
-        ids = validate.task_ids(tasks)
-        if isinstance(ids, DataFrame):
-            return ids.select(F.col("task_id").cast("long")).where("task_id IS NOT NULL").distinct()
-        return spark.createDataFrame([(i,) for i in ids], "task_id long")
-
     def _mutate(self, op: _Op, tasks: Any, extra: dict[str, Column] | None = None,
                 event: str | None = None, tag_extra: dict[str, int] | None = None,
                 owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
@@ -225,6 +219,8 @@ class Tube:
         there was nothing to change.
         """
         who = self._owner(owner)
+        # bad ids fail here, before any Spark job or ingest commit
+        ids = None if chooser is not None else validate.task_ids(tasks)
         layout = self._layout
         path = layout.tasks(self.name)
 
@@ -235,7 +231,7 @@ class Tube:
             tag = CommitTag.new(op.name, **(tag_extra or {}))
             before = layout.latest_version(path)
             with layout.tagged(tag) as sess:
-                picked = self._pick(sess, now, tasks, chooser, collect_upto)
+                picked = self._pick(sess, now, ids, chooser, collect_upto)
                 if picked is None:
                     return None
                 base, lo, hi, counts = picked
@@ -290,7 +286,7 @@ class Tube:
             self._emit(result, event or op.name)
         return result
 
-    def _pick(self, sess: SparkSession, now: float, tasks: Any,
+    def _pick(self, sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
               chooser: Callable[[float], DataFrame] | None, collect_upto: int,
               ) -> tuple[DataFrame, int, int, dict[str, int]] | None:
         """The ids a MERGE changes, their bounds, and how many were stored taken/delayed.
@@ -298,9 +294,7 @@ class Tube:
         Small choices come to the driver in one job; big ones are checkpointed
         in Spark (one job) and summarized (one more).
         """
-        if chooser is None and not isinstance(validate.task_ids(tasks), DataFrame):
-            ids = validate.task_ids(tasks)
-            assert isinstance(ids, list)
+        if isinstance(ids, list):  # validated, sorted, distinct: no Spark job needed
             if not ids:
                 return None
             return (sess.createDataFrame([(i,) for i in ids], "task_id long"),
@@ -308,7 +302,9 @@ class Tube:
         if chooser is not None:
             frame = chooser(now).select("task_id", "status")
         else:
-            frame = self._ids_frame(sess, tasks).withColumn("status", F.lit(None).cast("string"))
+            assert ids is not None
+            frame = (ids.select(F.col("task_id").cast("long")).where("task_id IS NOT NULL")
+                     .distinct().withColumn("status", F.lit(None).cast("string")))
         if collect_upto:
             rows = frame.collect()
             if not rows:

@@ -183,3 +183,13 @@ def test_non_owner_release_touch_bury_are_refused(sq: Queue, spark: SparkSession
         assert err.value.task_ids == [task]
     assert versions(t) == before
     assert t.peek(task).first()["owner"] == "consumer-b"
+
+
+def test_bad_ids_write_nothing_even_with_puts_waiting_to_be_ingested(sq: Queue) -> None:
+    t = sq.create_tube("ing", "fifo")
+    t.put({"n": 1})  # still in the inbox: bury and delete would ingest it first
+    before = versions(t)
+    for verb in (t.bury, t.delete):
+        with pytest.raises(InvalidOption):
+            verb([1, -5])
+    assert versions(t) == before
