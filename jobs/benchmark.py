@@ -12,7 +12,16 @@ Prints, in one run:
 With --scale it adds take(1,000) on a 10,000-task tube against the same on a
 --big-task tube (10,000,000 by default; slow to build).
 
+The utube section runs the Tarantool queue README's two utube benchmarks:
+
+- 30,000 sub-queues of one task each: put all, then take + ack all;
+- busy sub-queues: 10 sub-queues of 1,000, 10,000 and 150,000 tasks, drained
+  in order with window 10,000 (against a fifottl drain of the same rows in
+  the same batches), and with window 1: the cost of one take while nine of
+  the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
+
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
+    python jobs/benchmark.py --sections utube    # put,take,drain,utube (default: all)
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/benchmark.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
@@ -87,6 +96,85 @@ def release_all_plain(spark: SparkSession, path: str) -> None:
     DeltaTable.forPath(spark, path).update("status = 'taken'", {"status": "'ready'"})
 
 
+def drain_all(tube: sparkqueue.Tube, n: int, window: int | None = None) -> int:
+    """take(n) + ack until the tube is empty; the number of tasks done."""
+    done = 0
+    while True:
+        batch = tube.take(n, window=window) if window else tube.take(n)
+        got = batch.count()
+        if not got:
+            return done
+        tube.ack(batch)
+        done += got
+
+
+def sub_queue_rows(spark: SparkSession, queues: int, each: int) -> DataFrame:
+    """``queues`` sub-queues (column ``q``) of ``each`` tasks."""
+    return spark.range(queues * each).select(
+        F.col("id").alias("n"),
+        F.concat(F.lit("q"), (F.col("id") % queues).cast("string")).alias("q"),
+    ).localCheckpoint(eager=True)
+
+
+def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
+                figures: dict[str, Any], sizes: list[int], rounds: int) -> None:
+    """The Tarantool queue README's utube benchmarks, with same-process baselines."""
+    say("utube: 30,000 one-task sub-queues")
+    one_each = sub_queue_rows(spark, 30_000, 1)
+    warm = sq.create_tube("uwarm", "utube")
+    warm.put(sub_queue_rows(spark, 100, 1), utube=F.col("q"))
+    drain_all(warm, 1000)
+    u = sq.create_tube("u30k", "utube")
+    u.put(sub_queue_rows(spark, 1, 1), utube=F.col("q"))
+    drain_all(u, 10)
+    one_each.write.format("delta").save(f"{root}/u30k_plain")
+    figures["utube_30k_put_s"] = timed(lambda: u.put(one_each, utube=F.col("q")))
+    figures["utube_30k_append_s"] = timed(
+        lambda: one_each.write.format("delta").mode("append").save(f"{root}/u30k_plain"))
+    figures["utube_30k_take_ack_s"] = timed(lambda: drain_all(u, 30_000))
+    figures["utube_30k_total_s"] = figures["utube_30k_put_s"] + figures["utube_30k_take_ack_s"]
+
+    for each in sizes:
+        rows = sub_queue_rows(spark, 10, each)
+        total = 10 * each
+        say(f"utube: 10 busy sub-queues of {each}, window 1")
+        w1 = sq.create_tube(f"w1_{each}", "utube")
+        w1.put(rows, utube=F.col("q"))
+        heads = w1.take(10)  # ingest, and every sub-queue busy
+        first_q = heads.orderBy("task_id").first()
+        assert first_q is not None
+        w1.ack(heads.where(F.col("utube") == first_q["utube"]))
+        # one sub-queue free, nine busy with each-1 tasks behind their heads
+        figures[f"utube_busy_{each}_take_w1_s"] = timed(lambda w1=w1: w1.take(10))
+        w1.release_all()
+        start = time.perf_counter()
+        done = 0
+        for _ in range(rounds):
+            batch = w1.take(10)
+            done += batch.count()
+            w1.ack(batch)
+        figures[f"utube_busy_{each}_w1_rounds_tasks_per_s"] = done / (time.perf_counter() - start)
+
+        say(f"utube: 10 sub-queues of {each}, drained with window 10,000")
+        w = sq.create_tube(f"w10k_{each}", "utube", window=10_000)
+        w.put(rows, utube=F.col("q"))
+        w.take(1)
+        w.release_all()
+        figures[f"utube_busy_{each}_drain_w10000_s"] = timed(lambda w=w: drain_all(w, 100_000))
+        f = sq.create_tube(f"fifo_{each}", "fifottl")
+        f.put(rows)
+        f.take(1)
+        f.release_all()
+        figures[f"fifo_{each}_drain_s"] = timed(lambda f=f: drain_all(f, 100_000))
+        figures[f"utube_busy_{each}_drain_ratio"] = (
+            figures[f"utube_busy_{each}_drain_w10000_s"] / figures[f"fifo_{each}_drain_s"])
+        figures[f"utube_busy_{each}_drain_tasks_per_s"] = (
+            total / figures[f"utube_busy_{each}_drain_w10000_s"])
+    first, last = sizes[0], sizes[-1]
+    figures["utube_busy_take_w1_backlog_ratio"] = (
+        figures[f"utube_busy_{last}_take_w1_s"] / figures[f"utube_busy_{first}_take_w1_s"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="sparkqueue against plain Delta")
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -95,6 +183,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-batch", type=int, default=100_000)
     parser.add_argument("--scale", action="store_true", help="also take(1000) on a --big tube")
     parser.add_argument("--big", type=int, default=10_000_000)
+    parser.add_argument("--sections", default="put,take,drain,utube",
+                        help="which to run, comma-separated: put,take,drain,utube")
+    parser.add_argument("--utube-sizes", default="1000,10000,150000",
+                        help="tasks per sub-queue in the busy sub-queue benchmark")
+    parser.add_argument("--utube-rounds", type=int, default=3,
+                        help="take + ack rounds timed with window 1")
     parser.add_argument("--root", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--driver-memory", default="6g",
@@ -111,70 +205,72 @@ def main(argv: list[str] | None = None) -> int:
         "cores": spark.sparkContext.defaultParallelism, "rows": args.rows,
         "date": time.strftime("%Y-%m-%d"), "sparkqueue": sparkqueue.__version__,
     }
+    sections = set(args.sections.split(","))
+    unknown = sections - {"put", "take", "drain", "utube"}
+    if unknown:
+        parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     rows = payload(spark, args.rows).localCheckpoint(eager=True)
 
-    say(f"put of {args.rows} rows against a plain append")
-    # put against a plain append of the same rows. Both go to an existing table
-    # that already has the payload's schema (a tube's first put adds the payload
-    # column, once), after a warm-up of each code path.
-    sq.create_tube("warm", "fifottl").put(payload(spark, 1000))
-    payload(spark, 1000).write.format("delta").save(f"{root}/warm_plain")
-    tube = sq.create_tube("bench", "fifottl")
-    tube.put(payload(spark, 1))
-    payload(spark, 1).write.format("delta").save(f"{root}/plain_append")
-    figures["put_s"] = timed(lambda: tube.put(rows))
-    figures["append_s"] = timed(
-        lambda: rows.write.format("delta").mode("append").save(f"{root}/plain_append"))
-    figures["put_ratio"] = figures["put_s"] / figures["append_s"]
+    if sections & {"put", "take"}:
+        say(f"put of {args.rows} rows against a plain append")
+        # put against a plain append of the same rows. Both go to an existing table
+        # that already has the payload's schema (a tube's first put adds the payload
+        # column, once), after a warm-up of each code path.
+        sq.create_tube("warm", "fifottl").put(payload(spark, 1000))
+        payload(spark, 1000).write.format("delta").save(f"{root}/warm_plain")
+        tube = sq.create_tube("bench", "fifottl")
+        tube.put(payload(spark, 1))
+        payload(spark, 1).write.format("delta").save(f"{root}/plain_append")
+        figures["put_s"] = timed(lambda: tube.put(rows))
+        figures["append_s"] = timed(
+            lambda: rows.write.format("delta").mode("append").save(f"{root}/plain_append"))
+        figures["put_ratio"] = figures["put_s"] / figures["append_s"]
 
-    # the first take moves the puts from the inbox into the tasks table: report it apart
-    figures["first_take_with_ingest_s"] = timed(lambda: tube.take(1))
-    tube.release_all()
-    plain_table(spark, f"{root}/plain_tasks", args.rows)
+        # the first take moves the puts from the inbox into the tasks table: report it apart
+        figures["first_take_with_ingest_s"] = timed(lambda: tube.take(1))
+        tube.release_all()
 
-    for n in (int(x) for x in args.takes.split(",")):
-        say(f"take({n}) against the hand-written MERGE")
-        # time only the take: a release after each run keeps the table the same
-        take_times, merge_times = [], []
-        for i in range(args.repeat + 1):
-            t = timed(lambda n=n: tube.take(n))
-            tube.release_all()
-            m = timed(lambda n=n: plain_take(spark, f"{root}/plain_tasks", n))
-            release_all_plain(spark, f"{root}/plain_tasks")
-            if i:  # the first pair is the warm-up
-                take_times.append(t)
-                merge_times.append(m)
-        figures[f"take_{n}_s"] = statistics.median(take_times)
-        figures[f"merge_{n}_s"] = statistics.median(merge_times)
-        figures[f"take_{n}_ratio"] = figures[f"take_{n}_s"] / figures[f"merge_{n}_s"]
+    if "take" in sections:
+        plain_table(spark, f"{root}/plain_tasks", args.rows)
+        for n in (int(x) for x in args.takes.split(",")):
+            say(f"take({n}) against the hand-written MERGE")
+            # time only the take: a release after each run keeps the table the same
+            take_times, merge_times = [], []
+            for i in range(args.repeat + 1):
+                t = timed(lambda n=n: tube.take(n))
+                tube.release_all()
+                m = timed(lambda n=n: plain_take(spark, f"{root}/plain_tasks", n))
+                release_all_plain(spark, f"{root}/plain_tasks")
+                if i:  # the first pair is the warm-up
+                    take_times.append(t)
+                    merge_times.append(m)
+            figures[f"take_{n}_s"] = statistics.median(take_times)
+            figures[f"merge_{n}_s"] = statistics.median(merge_times)
+            figures[f"take_{n}_ratio"] = figures[f"take_{n}_s"] / figures[f"merge_{n}_s"]
 
-    say(f"drain of {args.rows} tasks in batches of {args.drain_batch}")
-    # drain: take + ack in batches until empty
-    drain = sq.create_tube("drain", "fifottl")
-    drain.put(rows)
-    drain.take(1)
-    drain.release_all()
-    done = 0
-    start = time.perf_counter()
-    while True:
-        batch = drain.take(args.drain_batch)
-        got = batch.count()
-        if not got:
-            break
-        drain.ack(batch)
-        done += got
-    figures["drain_tasks"] = done
-    figures["drain_s"] = time.perf_counter() - start
-    figures["drain_tasks_per_s"] = done / figures["drain_s"]
+    if "drain" in sections:
+        say(f"drain of {args.rows} tasks in batches of {args.drain_batch}")
+        drain = sq.create_tube("drain", "fifottl")
+        drain.put(rows)
+        drain.take(1)
+        drain.release_all()
+        start = time.perf_counter()
+        figures["drain_tasks"] = drain_all(drain, args.drain_batch)
+        figures["drain_s"] = time.perf_counter() - start
+        figures["drain_tasks_per_s"] = figures["drain_tasks"] / figures["drain_s"]
+
+    if "utube" in sections:
+        bench_utube(spark, sq, root, figures,
+                    [int(x) for x in args.utube_sizes.split(",")], args.utube_rounds)
 
     if args.scale:
         for size in (10_000, args.big):
-            t = sq.create_tube(f"scale{size}", "fifottl")
-            t.put(payload(spark, size))
-            t.take(1)
-            t.release_all()
+            scaled = sq.create_tube(f"scale{size}", "fifottl")
+            scaled.put(payload(spark, size))
+            scaled.take(1)
+            scaled.release_all()
             figures[f"take_1000_on_{size}_s"] = median_of(
-                lambda t=t: (t.take(1000), t.release_all()), args.repeat)
+                lambda s=scaled: (s.take(1000), s.release_all()), args.repeat)
         figures["take_1000_scale_ratio"] = (
             figures[f"take_1000_on_{args.big}_s"] / figures["take_1000_on_10000_s"])
 

@@ -13,7 +13,7 @@ import tempfile
 import sparkqueue
 
 spark = sparkqueue.session()  # on Databricks: the notebook's own session
-root = os.environ.get("QUICKSTART_ROOT") or tempfile.mkdtemp(prefix="sparkqueue-quickstart-")
+root = os.environ.get("NOTEBOOK_ROOT") or tempfile.mkdtemp(prefix="sparkqueue-quickstart-")
 sq = sparkqueue.connect(spark, root)
 jobs = sq.create_tube("jobs", "fifottl", ttr=300, if_not_exists=True)
 

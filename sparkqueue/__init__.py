@@ -17,7 +17,14 @@ from __future__ import annotations
 
 from .clock import Clock, FakeClock, system_clock
 from .config import Config, load_config
-from .drivers import Driver, FifoDriver, FifoTtlDriver, LimFifoTtlDriver
+from .drivers import (
+    Driver,
+    FifoDriver,
+    FifoTtlDriver,
+    LimFifoTtlDriver,
+    UtubeDriver,
+    UtubeTtlDriver,
+)
 from .errors import (
     CapacityExceeded,
     InvalidOption,
@@ -38,7 +45,8 @@ from .tube import Tube
 
 __all__ = [
     "session", "connect", "Queue", "Tube", "Task", "TaskState", "Driver", "FifoDriver",
-    "FifoTtlDriver", "LimFifoTtlDriver", "Clock", "FakeClock", "system_clock", "Config",
+    "FifoTtlDriver", "LimFifoTtlDriver", "UtubeDriver", "UtubeTtlDriver", "Clock", "FakeClock",
+    "system_clock", "Config",
     "load_config", "QueueError", "TubeNotFound", "TubeExists", "TaskNotFound", "NotOwner",
     "InvalidState", "InvalidOption", "NotSupported", "CapacityExceeded", "SchemaMismatch",
     "Timeout",

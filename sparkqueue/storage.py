@@ -55,6 +55,9 @@ __all__ = [
 ]
 
 INF = math.inf
+#: How many commits back a new process looks for the last ingest before it reads
+#: the cursor from the marker rows instead.
+CURSOR_LOOKBACK = 50
 MARKER = "_marker"
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
@@ -224,6 +227,7 @@ class Layout:
         self.spark = spark
         self.root = root.rstrip("/")
         self._versions: dict[str, int] = {}
+        self._cursors: dict[str, tuple[int, int]] = {}  # tasks path: (version seen, cursor)
 
     @property
     def registry(self) -> str:
@@ -335,6 +339,8 @@ class Layout:
         """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
         for key in [k for k in self._versions if k.startswith(path_prefix)]:
             del self._versions[key]
+        for key in [k for k in self._cursors if k.startswith(path_prefix)]:
+            del self._cursors[key]
 
     def _read_text(self, fs: Any, file: Any) -> str:
         jvm = self.spark.sparkContext._jvm
@@ -362,10 +368,28 @@ class Layout:
         return out
 
     def cursor(self, tube: str) -> int:
-        """The last inbox version ingested into the tasks table."""
-        row = (self.read(self.tasks(tube)).where("task_id < 0")
-               .agg(F.max("inbox_version")).first())
-        return int(row[0]) if row is not None and row[0] is not None else 0
+        """The last inbox version ingested into the tasks table.
+
+        Ingests chain (each starts from the cursor the previous one left), so
+        the newest ingest commit's tag (``upto``) is the cursor: read from the
+        log, from where this process last looked or, in a new process, back
+        from the newest commit. Only when the log no longer holds an ingest
+        (log retention) are the marker rows themselves read, with Spark.
+        """
+        path = self.tasks(tube)
+        latest = self.latest_version(path)
+        seen, cursor = self._cursors.get(path, (-1, -1))
+        if seen < latest:
+            since = seen if seen >= 0 else max(-1, latest - CURSOR_LOOKBACK)
+            found = [h for h in self.history(path, since) if h["tag"]["sq"] == "ingest"]
+            if found and "upto" in found[-1]["tag"]:
+                cursor = int(found[-1]["tag"]["upto"])
+            elif found or seen < 0:
+                row = (self.read(path).where("task_id < 0")
+                       .agg(F.max("inbox_version")).first())
+                cursor = int(row[0]) if row is not None and row[0] is not None else 0
+            self._cursors[path] = (latest, cursor)
+        return max(cursor, 0)
 
     def commit_version(self, path: str, token: str, after_version: int) -> int:
         """The version of the commit tagged with ``token``, made after ``after_version``."""

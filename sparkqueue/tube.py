@@ -77,6 +77,9 @@ class _Op:
     # Whether the op may touch tasks still in the inbox (ready ones): only then is
     # the inbox ingested first. Ops on taken or buried tasks never need to.
     pending: bool = False
+    # utube takes: each row's sub-queue must have no live lease in the snapshot the
+    # MERGE commits on; the source then carries ``arg_busy`` for the guard
+    exclusive: bool = False
 
 
 class Tube:
@@ -185,7 +188,7 @@ class Tube:
         if upto > cursor:
             tasks = layout.tasks(self.name)
             before = layout.latest_version(tasks)
-            tag = CommitTag.new("ingest")
+            tag = CommitTag.new("ingest", upto=upto)
             with layout.tagged(tag) as sess:
                 rows = self._pending(sess, cursor, upto)
                 layout.write_marker(self.name, upto, app_id=f"sq-ingest-{cursor}", rows=rows)
@@ -231,16 +234,20 @@ class Tube:
             tag = CommitTag.new(op.name, **(tag_extra or {}))
             before = layout.latest_version(path)
             with layout.tagged(tag) as sess:
-                picked = self._pick(sess, now, ids, chooser, collect_upto)
+                keep = ["utube"] if op.exclusive else []
+                picked = self._pick(sess, now, ids, chooser, collect_upto, keep)
                 if picked is None:
                     return None
                 base, lo, hi, counts = picked
+                if op.exclusive:
+                    base = self._with_busy(sess, base, now)
                 if counts:
                     sess.conf.set(st.USER_METADATA, CommitTag(
                         tag.op, tag.token, tuple(sorted({**dict(tag.extra), **counts}.items()))
                     ).json())
                 source = base.select(
                     "task_id",
+                    *[c for c in base.columns if c.startswith("arg_")],
                     F.lit(who).alias("arg_owner"),
                     F.lit(uuid.uuid4().hex).alias("arg_token"),
                     *[col.alias(f"arg_{k}") for k, col in (extra or {}).items()],
@@ -286,21 +293,42 @@ class Tube:
             self._emit(result, event or op.name)
         return result
 
+    def _with_busy(self, sess: SparkSession, base: DataFrame, now: float) -> DataFrame:
+        """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.
+
+        The read of the tasks table below is not run here: it runs inside the
+        MERGE, where Delta plans every scan of the target table on the
+        transaction's own snapshot and records it as read. So a lease another
+        consumer committed after this take chose its rows is either seen here
+        (the guard answers Stale and the take chooses again) or makes the
+        commit conflict: a sub-queue is never leased twice.
+        """
+        leased = (self._layout.read(self._layout.tasks(self.name), sess)
+                  .where("status = 'taken'")  # prunes files by their statistics
+                  .where(f"{effective_status(now)} = 'taken'")
+                  .select(F.col("utube").alias("busy_utube")).distinct())
+        flagged = base.join(F.broadcast(leased), base["utube"].eqNullSafe(leased["busy_utube"]),
+                            "left")
+        return flagged.select("task_id", F.col("busy_utube").isNotNull().alias("arg_busy"))
+
     def _pick(self, sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
               chooser: Callable[[float], DataFrame] | None, collect_upto: int,
+              keep: list[str] | None = None,
               ) -> tuple[DataFrame, int, int, dict[str, int]] | None:
         """The ids a MERGE changes, their bounds, and how many were stored taken/delayed.
 
         Small choices come to the driver in one job; big ones are checkpointed
-        in Spark (one job) and summarized (one more).
+        in Spark (one job) and summarized (one more). A choice keeps the
+        columns ``keep`` beside ``task_id``.
         """
+        keep = keep or []
         if isinstance(ids, list):  # validated, sorted, distinct: no Spark job needed
             if not ids:
                 return None
             return (sess.createDataFrame([(i,) for i in ids], "task_id long"),
                     ids[0], ids[-1], {})
         if chooser is not None:
-            frame = chooser(now).select("task_id", "status")
+            frame = chooser(now).select("task_id", "status", *keep)
         else:
             assert ids is not None
             frame = (ids.select(F.col("task_id").cast("long")).where("task_id IS NOT NULL")
@@ -309,10 +337,13 @@ class Tube:
             rows = frame.collect()
             if not rows:
                 return None
-            got = sorted(int(r["task_id"]) for r in rows)
+            rows = sorted(rows, key=lambda r: int(r["task_id"]))
             stored = [r["status"] for r in rows]
             counts = {"ttr": stored.count("taken"), "delay": stored.count("delayed")}
-            return (sess.createDataFrame([(i,) for i in got], "task_id long"), got[0], got[-1],
+            chosen = sess.createDataFrame(
+                [(int(r["task_id"]), *[r[k] for k in keep]) for r in rows],
+                frame.select("task_id", *keep).schema)
+            return (chosen, int(rows[0]["task_id"]), int(rows[-1]["task_id"]),
                     {k: v for k, v in counts.items() if v})
         base = frame.localCheckpoint(eager=True)
         stats = base.agg(
@@ -323,7 +354,7 @@ class Tube:
         if stats is None or not stats[0]:
             return None
         counts = {k: int(v) for k, v in (("ttr", stats[3]), ("delay", stats[4])) if v}
-        return base.select("task_id"), int(stats[1]), int(stats[2]), counts
+        return base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts
 
     def _diagnose(self, op: _Op, ids: DataFrame, failed: tuple[str, int], who: str,
                   now: float) -> QueueError:
@@ -567,9 +598,11 @@ class Tube:
         win = window or int(self._default("window") or 1)
         who = self._owner(owner)
         until = time.monotonic() + wait
+        exclusive = self.driver.uses_utube
         take = _Op(
             "take",
-            guard="CASE WHEN {eff} <> 'ready' THEN 'Stale' END",
+            guard="CASE WHEN {eff} <> 'ready' THEN 'Stale' "
+                  + ("WHEN s.arg_busy THEN 'Stale' " if exclusive else "") + "END",
             action={
                 "status": "'taken'",
                 "owner": "s.arg_owner",
@@ -580,6 +613,7 @@ class Tube:
             },
             missing=None,
             pending=True,
+            exclusive=exclusive,
         )
         while True:
             result = self._mutate(

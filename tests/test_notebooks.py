@@ -14,5 +14,5 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.py"))
 @pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
 def test_notebook_runs(notebook: Path, spark: SparkSession, tmp_path: Path,
                        monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("QUICKSTART_ROOT", str(tmp_path / "queues"))
+    monkeypatch.setenv("NOTEBOOK_ROOT", str(tmp_path / "queues"))
     runpy.run_path(str(notebook), run_name="__main__")

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from .base import Driver
 from .fifo import FifoDriver, FifoTtlDriver, LimFifoTtlDriver
+from .utube import UtubeDriver, UtubeTtlDriver
 
-__all__ = ["Driver", "FifoDriver", "FifoTtlDriver", "LimFifoTtlDriver", "BUILTIN_DRIVERS"]
+__all__ = ["Driver", "FifoDriver", "FifoTtlDriver", "LimFifoTtlDriver", "UtubeDriver",
+           "UtubeTtlDriver", "BUILTIN_DRIVERS"]
 
 BUILTIN_DRIVERS: dict[str, type[Driver]] = {
-    d.name: d for d in (FifoDriver, FifoTtlDriver, LimFifoTtlDriver)
+    d.name: d for d in (FifoDriver, FifoTtlDriver, LimFifoTtlDriver, UtubeDriver,
+                        UtubeTtlDriver)
 }

@@ -38,7 +38,9 @@ class Driver(ABC):
     uses_pri: ClassVar[bool] = False
     #: a ``capacity`` bounds the live tasks; put may wait (``timeout``).
     uses_capacity: ClassVar[bool] = False
-    #: tasks belong to sub-queues (``utube``) taken in windows.
+    #: tasks belong to sub-queues (``utube``) taken in windows. The core then
+    #: re-checks, in each take's own commit, that no chosen sub-queue has a
+    #: live lease: ``choose`` may work from an older snapshot.
     uses_utube: ClassVar[bool] = False
 
     def __init__(self, options: dict[str, Any]) -> None:

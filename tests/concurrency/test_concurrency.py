@@ -7,15 +7,87 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 import sparkqueue
-from sparkqueue import Queue
+from sparkqueue import Queue, Tube
 from tests.conftest import ids
 
 HERE = Path(__file__).parent
+
+
+def start_taker(root: str, tube: str, batch: int, out: Path, *flags: str) -> subprocess.Popen[str]:
+    """A second Spark application taking from ``tube``; returns once it has taken."""
+    out.touch()
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent.parent))
+    other = subprocess.Popen(
+        [sys.executable, str(HERE / "taker.py"), root, tube, str(batch), str(out), *flags],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert other.stdout is not None
+    seen = []
+    for line in other.stdout:  # Spark's start-up chatter comes first
+        seen.append(line)
+        if line.strip() == "taking":
+            break
+    assert seen and seen[-1].strip() == "taking", "".join(seen)
+    return other
+
+
+def sub_queue_history(spark: SparkSession, t: Tube) -> tuple[int, dict[str, list[int]]]:
+    """Replay the tasks table's change feed, commit by commit.
+
+    Returns the most tasks of one sub-queue ever taken at once (after any
+    commit), and each sub-queue's task ids in the order they were first taken.
+    """
+    path = t._layout.tasks(t.name)
+    changes = (spark.read.format("delta").option("readChangeFeed", "true")
+               .option("startingVersion", 0).load(path)
+               .where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")
+               .select("_commit_version", "_change_type", "task_id", "status", "utube")
+               .orderBy("_commit_version").collect())
+    state: dict[int, tuple[str, str]] = {}
+    first_taken: dict[str, list[int]] = {}
+    most = 0
+    for version in sorted({r["_commit_version"] for r in changes}):
+        for r in (r for r in changes if r["_commit_version"] == version):
+            if r["_change_type"] == "delete":
+                state.pop(r["task_id"], None)
+                continue
+            if r["status"] == "taken" and r["task_id"] not in sum(first_taken.values(), []):
+                first_taken.setdefault(r["utube"], []).append(r["task_id"])
+            state[r["task_id"]] = (r["status"], r["utube"])
+        held: dict[str, int] = {}
+        for status, utube in state.values():
+            if status == "taken":
+                held[utube] = held.get(utube, 0) + 1
+        most = max([most, *held.values()])
+    return most, first_taken
+
+
+def take_and_ack(tube: Tube, batch: int, owner: str, into: list[int]) -> None:
+    """Take and ack until the tube holds no task (empty takes: sub-queues busy elsewhere)."""
+    deadline = time.monotonic() + 600
+    while tube.statistics()["tasks"]["total"] > 0 and time.monotonic() < deadline:
+        got = tube.take(batch, owner=owner)
+        taken = ids(got)
+        if taken:
+            into.extend(taken)
+            tube.ack(taken, owner=owner)
+
+
+def in_threads(count: int, work: Callable[[str, list[int]], None]) -> dict[str, list[int]]:
+    """Run ``work(name, into)`` in ``count`` threads at once; what each put in ``into``."""
+    results: dict[str, list[int]] = {f"w{i}": [] for i in range(count)}
+    threads = [threading.Thread(target=work, args=(name, got)) for name, got in results.items()]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return results
 
 
 def drain(tube: sparkqueue.Tube, batch: int, into: list[int], owner: str) -> None:
@@ -29,13 +101,7 @@ def drain(tube: sparkqueue.Tube, batch: int, into: list[int], owner: str) -> Non
 def test_threads_taking_from_one_tube_never_share_a_task(sq: Queue) -> None:
     tube = sq.create_tube("c", "fifottl")
     created = ids(tube.put([{"n": i} for i in range(24)]))
-    results: dict[str, list[int]] = {f"w{i}": [] for i in range(3)}
-    threads = [threading.Thread(target=drain, args=(tube, 4, got, name))
-               for name, got in results.items()]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    results = in_threads(3, lambda name, got: drain(tube, 4, got, name))
     everything = [i for got in results.values() for i in got]
     assert sorted(everything) == created  # each task exactly once, none lost
     owners = {r["task_id"]: r["owner"] for r in tube.tasks_by_state("taken").collect()}
@@ -78,19 +144,7 @@ def test_two_spark_applications_never_get_the_same_task(
     tube = sq.create_tube("x", "fifottl")
     created = ids(tube.put([{"n": i} for i in range(40)]))
     out = tmp_path / "other.txt"
-    out.touch()
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent.parent))
-    other = subprocess.Popen(
-        [sys.executable, str(HERE / "taker.py"), root, "x", "3", str(out)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    # start taking once the other application is up and taking too
-    assert other.stdout is not None
-    seen = []
-    for line in other.stdout:  # Spark's start-up chatter comes first
-        seen.append(line)
-        if line.strip() == "taking":
-            break
-    assert seen and seen[-1].strip() == "taking", "".join(seen)
+    other = start_taker(root, "x", 3, out)  # we start once it is up and taking too
     mine: list[int] = []
     drain(tube, 3, mine, "this-process")
     output, _ = other.communicate(timeout=600)
@@ -99,3 +153,43 @@ def test_two_spark_applications_never_get_the_same_task(
     assert theirs, "the second application took nothing: the test proved nothing"
     assert not set(mine) & set(theirs)
     assert sorted(mine + theirs) == created
+
+
+def put_sub_queues(tube: Tube, queues: int, each: int) -> dict[str, list[int]]:
+    """``each`` tasks in each of ``queues`` sub-queues, put interleaved; ids per sub-queue."""
+    rows = [{"q": f"q{q}", "i": i} for i in range(each) for q in range(queues)]
+    created = tube.put(tube._spark.createDataFrame(rows, "q string, i long"), utube=F.col("q"))
+    by_queue: dict[str, list[int]] = {}
+    for r in created.orderBy("task_id").collect():
+        by_queue.setdefault(r["utube"], []).append(r["task_id"])
+    return by_queue
+
+
+def test_threads_never_hold_one_sub_queue_twice_and_keep_its_order(
+        sq: Queue, spark: SparkSession) -> None:
+    tube = sq.create_tube("u", "utube")
+    expected = put_sub_queues(tube, queues=3, each=2)
+    done = in_threads(3, lambda name, got: take_and_ack(tube, 2, name, got))
+    everything = sorted(i for got in done.values() for i in got)
+    assert everything == sorted(i for q in expected.values() for i in q)  # once each
+    most, order = sub_queue_history(spark, tube)
+    assert most == 1  # never two tasks of one sub-queue taken at once
+    assert order == expected  # each sub-queue completed in order
+
+
+def test_two_spark_applications_never_hold_one_sub_queue_twice(
+        sq: Queue, spark: SparkSession, root: str, tmp_path: Path) -> None:
+    tube = sq.create_tube("v", "utubettl")
+    expected = put_sub_queues(tube, queues=3, each=3)
+    out = tmp_path / "other.txt"
+    other = start_taker(root, "v", 2, out, "--ack")
+    mine: list[int] = []
+    take_and_ack(tube, 2, "this-process", mine)
+    output, _ = other.communicate(timeout=600)
+    assert other.returncode == 0, output
+    theirs = [int(line) for line in out.read_text().split()]
+    assert theirs and mine, "one application took nothing: the test proved nothing"
+    assert sorted(mine + theirs) == sorted(i for q in expected.values() for i in q)
+    most, order = sub_queue_history(spark, tube)
+    assert most == 1
+    assert order == expected

@@ -1,4 +1,7 @@
-"""What is particular to fifottl (and limfifottl, which extends it): time and priorities.
+"""What is particular to the ttl drivers: time and priorities.
+
+fifottl and utubettl (one sub-queue per task here; see tests/conftest.py) run
+every test; limfifottl is fifottl plus a capacity, checked in test_limfifottl.py.
 
 Time moves by the Queue's injected clock, never by sleeping.
 """
@@ -12,14 +15,12 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from sparkqueue import FakeClock, InvalidOption, InvalidState, NotSupported, Queue, TaskNotFound
-from tests.conftest import ids
+from tests.conftest import contract_tube, ids
 
 
-@pytest.fixture
-def ttl_tube(sq: Queue):  # type: ignore[no-untyped-def]
-    # limfifottl is fifottl plus a capacity: its time rules are these, checked once in
-    # tests/drivers/test_limfifottl.py
-    return sq.create_tube("tt", "fifottl")
+@pytest.fixture(params=["fifottl", "utubettl"])
+def ttl_tube(request: pytest.FixtureRequest, sq: Queue):  # type: ignore[no-untyped-def]
+    return contract_tube(sq, "tt", request.param)
 
 
 def status(t, task_id: int) -> str:  # type: ignore[no-untyped-def]

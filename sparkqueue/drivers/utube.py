@@ -1,0 +1,60 @@
+"""utube and utubettl: sub-queues (``utube``) taken in per-sub-queue windows.
+
+A sub-queue is every task put with the same ``utube`` value; tasks put
+without one share a single sub-queue. Within a sub-queue tasks run strictly
+in order and never two at once (window 1), or up to ``window`` at once from
+its head; across sub-queues they run in parallel.
+
+Which rows a take leases is decided here from one snapshot; that a chosen
+sub-queue is still free when the take commits is re-checked by the core
+inside the take's own transaction (``Tube._mutate``), because another
+consumer may have leased from it since.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pyspark.sql import DataFrame, Window
+from pyspark.sql import functions as F
+
+from .base import Driver
+
+__all__ = ["UtubeDriver", "UtubeTtlDriver", "ORDER"]
+
+#: Order of tasks within a sub-queue and across heads: priority, then put order
+#: (``order_key``: requeue moves a task to the end), then id.
+ORDER = ("pri", "order_key", "task_id")
+
+
+class UtubeDriver(Driver):
+    """Sub-queues: per take, up to ``window`` tasks from the head of each free sub-queue.
+
+    A sub-queue is free when none of its tasks is taken with a live lease;
+    delayed and buried tasks do not block it. Heads are ordered by
+    ``(pri, task_id)`` overall and the lowest ``n`` are leased.
+    """
+
+    name: ClassVar[str] = "utube"
+    uses_utube: ClassVar[bool] = True
+
+    def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
+        # Busy sub-queues are few (one per lease holder's batch): broadcast them
+        # and drop their backlog before anything is sorted, so the sort covers
+        # the ready tasks of free sub-queues only.
+        busy = (live.where("eff = 'taken'").select(F.col("utube").alias("busy_utube"))
+                .distinct())
+        ready = live.where("eff = 'ready'")
+        free = ready.join(F.broadcast(busy), ready["utube"].eqNullSafe(busy["busy_utube"]),
+                          "left_anti")
+        rank = F.row_number().over(Window.partitionBy("utube").orderBy(*ORDER))
+        return (free.withColumn("_rank", rank).where(F.col("_rank") <= window)
+                .orderBy(*ORDER).limit(n))
+
+
+class UtubeTtlDriver(UtubeDriver):
+    """utube with priorities inside each sub-queue, ttl, ttr, delays and touch."""
+
+    name: ClassVar[str] = "utubettl"
+    uses_ttl: ClassVar[bool] = True
+    uses_pri: ClassVar[bool] = True
