@@ -142,7 +142,7 @@ def test_a_steady_producer_does_not_starve_a_consumer(sq: Queue) -> None:
 def test_two_spark_applications_never_get_the_same_task(
         sq: Queue, spark: SparkSession, root: str, tmp_path: Path) -> None:
     tube = sq.create_tube("x", "fifottl")
-    created = ids(tube.put([{"n": i} for i in range(40)]))
+    created = ids(tube.put([{"n": i} for i in range(24)]))
     out = tmp_path / "other.txt"
     other = start_taker(root, "x", 3, out)  # we start once it is up and taking too
     mine: list[int] = []

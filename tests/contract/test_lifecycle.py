@@ -16,6 +16,7 @@ def states(t: Tube, *task_ids: int) -> dict[int, str]:
 
 
 def test_put_take_ack_round_trip(tube: Tube, spark: SparkSession) -> None:
+    assert tube.take(timeout=0).count() == 0  # an empty tube gives an empty DataFrame
     task = tube.put(123)
     assert isinstance(task, Task)
     assert (task.status, task.data) == ("ready", {"value": 123})
@@ -26,6 +27,7 @@ def test_put_take_ack_round_trip(tube: Tube, spark: SparkSession) -> None:
     assert [(r["task_id"], r["status"]) for r in done.collect()] == [(task.task_id, "done")]
     with pytest.raises(TaskNotFound):
         tube.peek(task.task_id)
+    assert tube.take(5, timeout=0.3).count() == 0  # ... after waiting for the timeout
 
 
 def test_dataframe_put_keeps_every_column_as_payload(tube: Tube, spark: SparkSession) -> None:
@@ -50,23 +52,18 @@ def test_fifo_order_and_ids_unique_forever(tube: Tube) -> None:
     assert tube.put({"n": 10}).task_id > later.task_id
 
 
-def test_take_on_empty_tube_returns_empty_after_timeout(tube: Tube) -> None:
-    assert tube.take(timeout=0).count() == 0
-    assert tube.take(5, timeout=0.3).count() == 0
-
-
-def test_take_n_returns_lowest_ids_first(tube: Tube) -> None:
-    created = ids(tube.put([{"n": i} for i in range(5)]))
-    assert ids(tube.take(3)) == created[:3]
-    assert ids(tube.take(3)) == created[3:]
-
-
-def test_take_result_is_immutable(tube: Tube) -> None:
-    tube.put([{"n": 1}, {"n": 2}])
-    taken = tube.take(2)
-    before = sorted((r["task_id"], r["status"]) for r in taken.collect())
-    tube.ack(taken)
-    assert sorted((r["task_id"], r["status"]) for r in taken.collect()) == before
+def test_take_n_lowest_ids_first_immutable_results_and_dataframes_of_tasks(tube: Tube) -> None:
+    put = tube.put([{"n": i} for i in range(5)])
+    created = ids(put)
+    first = tube.take(3)
+    assert ids(first) == created[:3]
+    second = tube.take(3)
+    assert ids(second) == created[3:]
+    before = sorted((r["task_id"], r["status"]) for r in first.collect())
+    tube.ack(first)  # tasks as a DataFrame: a take's result...
+    assert sorted((r["task_id"], r["status"]) for r in first.collect()) == before  # immutable
+    assert ids(tube.release(second.select("task_id"))) == created[3:]  # ... or any task_id column
+    assert ids(tube.delete(put.where(f"task_id >= {created[3]}"))) == created[3:]
 
 
 def test_release_returns_task_to_its_place(tube: Tube) -> None:
@@ -142,12 +139,9 @@ def test_requeue_moves_task_to_the_end(tube: Tube) -> None:
     assert ids(tube.take(1)) == [b]
     assert ids(tube.take(1)) == [c]
     assert ids(tube.take(1)) == [a]
-
-
-def test_urgent_goes_first(tube: Tube) -> None:
-    tube.put([{"n": 1}, {"n": 2}])
+    tube.put([{"n": 4}, {"n": 5}])
     u = tube.urgent({"n": 0})
-    assert ids(tube.take(1)) == [u.task_id]
+    assert ids(tube.take(1)) == [u.task_id]  # urgent goes first
 
 
 def test_done_completes_and_keeps_the_task(tube: Tube) -> None:
@@ -249,10 +243,3 @@ def test_on_task_change_events(tube: Tube) -> None:
     assert tube.on_task_change() is record
     tube.put({"n": 3})
     assert len(seen) == 6
-
-
-def test_tasks_given_as_dataframe(tube: Tube, spark: SparkSession) -> None:
-    created = tube.put([{"n": i} for i in range(3)])
-    taken = tube.take(3)
-    assert ids(tube.release(taken.select("task_id"))) == ids(created)
-    assert ids(tube.delete(created)) == ids(created)

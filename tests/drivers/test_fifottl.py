@@ -40,6 +40,8 @@ def test_delayed_put_becomes_ready_when_the_delay_passes(ttl_tube, clock: FakeCl
 
 def test_ttl_expiry_removes_unused_tasks(ttl_tube, clock: FakeClock) -> None:
     task = ttl_tube.put({"n": 1}, ttl=10)
+    ttl_tube.take()
+    ttl_tube.release(task.task_id)  # a release keeps the ttl (utubettl loses it: behaviour 80)
     clock.advance(9.9)
     assert status(ttl_tube, task.task_id) == "ready"
     clock.advance(0.2)
