@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYTHONWARNINGS := ignore::FutureWarning
 
-.PHONY: help setup java jars demo test test-fast check bench clean
+.PHONY: help setup java jars demo test check bench sweep clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -41,6 +41,10 @@ test: jars  ## set up, then run the whole test suite
 check: setup  ## lint and type-check
 	$(VENV)/bin/ruff check sparkqueue jobs tests
 	$(VENV)/bin/mypy
+
+sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root)
+	$(VENV)/bin/spark-submit --properties-file conf/spark-submit.conf jobs/sweeper.py \
+	  $(if $(ROOT),--root $(ROOT)) --once
 
 bench: jars  ## run the benchmark job (figures and ratios against plain Delta)
 	$(PY) jobs/benchmark.py

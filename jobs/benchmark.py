@@ -10,7 +10,11 @@ Prints, in one run:
 - a drain of N tasks, take + ack in batches of 100,000, in tasks per second.
 
 With --scale it adds take(1,000) on a 10,000-task tube against the same on a
---big-task tube (10,000,000 by default; slow to build).
+--big-task tube (10,000,000 by default; both written straight into the tasks
+table, as put + ingest would leave them, see ``tasks_table``).
+
+The sweep section times one sweeper pass over a 100,000-task and a
+10,000,000-task tube with 1% of the tasks due in each (--sweep-sizes).
 
 The utube section runs the Tarantool queue README's two utube benchmarks:
 
@@ -31,6 +35,7 @@ machine runs it; quote medians and ratios, and the machine.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import shutil
@@ -46,6 +51,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
+from sparkqueue.storage import TASK_FILE_ROWS
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -175,6 +181,68 @@ def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
         figures[f"utube_busy_{last}_take_w1_s"] / figures[f"utube_busy_{first}_take_w1_s"])
 
 
+def tasks_table(spark: SparkSession, sq: sparkqueue.Queue, name: str, size: int,
+                due: int = 0) -> sparkqueue.Tube:
+    """A fifottl tube of ``size`` ready tasks written straight into its tasks table.
+
+    What put + ingest would leave (ids in order, files of TASK_FILE_ROWS rows),
+    built in one write so that 10,000,000-task tubes are quick to make. The
+    ``due`` oldest tasks are due now: half past their ttl, half taken with an
+    ended lease.
+    """
+    tube = sq.create_tube(name, "fifottl")
+    now = time.time()
+    inf = float("inf")
+    expired = F.col("id") < due // 2
+    leased = (F.col("id") >= due // 2) & (F.col("id") < due)
+    ttl_end = F.when(expired, F.lit(now - 1)).otherwise(F.lit(inf))
+    lease_end = F.when(leased, F.lit(now - 1)).otherwise(F.lit(0.0))
+    rows = spark.range(size).select(
+        F.col("id").alias("task_id"),
+        F.when(leased, "taken").otherwise("ready").alias("status"),
+        F.lit(0).cast("long").alias("pri"), F.col("id").alias("order_key"),
+        F.lit(None).cast("string").alias("utube"), F.lit(now - 1000).alias("created"),
+        (ttl_end - (now - 1000)).alias("ttl"), F.lit(inf).alias("ttr"),
+        F.lit(0.0).alias("delay_end"), ttl_end.alias("ttl_end"), lease_end.alias("lease_end"),
+        F.when(leased, lease_end).otherwise(ttl_end).alias("next_event"),
+        F.when(leased, "gone").alias("owner"), F.when(leased, "x").alias("lease_token"),
+        F.when(leased, 1).otherwise(0).cast("long").alias("taken_count"),
+        F.lit(0).cast("long").alias("buried_count"), F.lit(0).cast("long").alias("inbox_version"),
+        F.lit(None).cast("string").alias("put_token"),
+        F.struct(F.col("id").alias("n"), F.concat(F.lit("https://example.com/item/"),
+                                                   F.col("id").cast("string")).alias("url"))
+        .alias("data"))
+    (rows.write.format("delta").mode("append").option("mergeSchema", "true")
+     .option("maxRecordsPerFile", TASK_FILE_ROWS).save(tube._layout.tasks(name)))
+    return tube
+
+
+def bench_sweep(spark: SparkSession, root: str, figures: dict[str, Any],
+                sizes: list[int]) -> None:
+    """One sweeper pass over tubes of each size with 1% of the tasks due (half ttl,
+    half ended leases); maintenance off, so the pass is expiry, purge and snapshot."""
+    config = dataclasses.replace(sparkqueue.load_config(), compact_interval=float("inf"),
+                                 vacuum_interval=float("inf"))
+    sq = sparkqueue.connect(spark, f"{root}/sweep", owner="bench", config=config)
+    warm = tasks_table(spark, sq, "warm", 10_000, due=100)
+    sq.sweep(warm.name)
+    for size in sizes:
+        say(f"sweep: {size} tasks, 1% due")
+        tube = tasks_table(spark, sq, f"s{size}", size, due=size // 100)
+        marks: list[tuple[str, float]] = []
+        start = time.perf_counter()
+        counts = sq.sweep(tube.name, progress=lambda line, marks=marks: marks.append(
+            (line, time.perf_counter())))
+        figures[f"sweep_{size}_s"] = time.perf_counter() - start
+        figures[f"sweep_{size}_expire_s"] = next(
+            t for line, t in marks if "expired" in line) - start
+        figures[f"sweep_{size}_written_down"] = counts["ttl"] + counts["ttr"]
+    small, big = sizes[0], sizes[-1]
+    figures["sweep_size_ratio"] = figures[f"sweep_{big}_s"] / figures[f"sweep_{small}_s"]
+    figures["sweep_expire_size_ratio"] = (
+        figures[f"sweep_{big}_expire_s"] / figures[f"sweep_{small}_expire_s"])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="sparkqueue against plain Delta")
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -183,8 +251,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-batch", type=int, default=100_000)
     parser.add_argument("--scale", action="store_true", help="also take(1000) on a --big tube")
     parser.add_argument("--big", type=int, default=10_000_000)
-    parser.add_argument("--sections", default="put,take,drain,utube",
-                        help="which to run, comma-separated: put,take,drain,utube")
+    parser.add_argument("--sections", default="put,take,drain,utube,sweep",
+                        help="which to run, comma-separated: put,take,drain,utube,sweep")
+    parser.add_argument("--sweep-sizes", default="100000,10000000",
+                        help="tube sizes of the sweep benchmark (1%% of each due)")
     parser.add_argument("--utube-sizes", default="1000,10000,150000",
                         help="tasks per sub-queue in the busy sub-queue benchmark")
     parser.add_argument("--utube-rounds", type=int, default=3,
@@ -206,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"), "sparkqueue": sparkqueue.__version__,
     }
     sections = set(args.sections.split(","))
-    unknown = sections - {"put", "take", "drain", "utube"}
+    unknown = sections - {"put", "take", "drain", "utube", "sweep"}
     if unknown:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     rows = payload(spark, args.rows).localCheckpoint(eager=True)
@@ -263,12 +333,13 @@ def main(argv: list[str] | None = None) -> int:
         bench_utube(spark, sq, root, figures,
                     [int(x) for x in args.utube_sizes.split(",")], args.utube_rounds)
 
+    if "sweep" in sections:
+        bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])
+
     if args.scale:
         for size in (10_000, args.big):
-            scaled = sq.create_tube(f"scale{size}", "fifottl")
-            scaled.put(payload(spark, size))
-            scaled.take(1)
-            scaled.release_all()
+            say(f"take(1000) on a tube of {size} tasks")
+            scaled = tasks_table(spark, sq, f"scale{size}", size)
             figures[f"take_1000_on_{size}_s"] = median_of(
                 lambda s=scaled: (s.take(1000), s.release_all()), args.repeat)
         figures["take_1000_scale_ratio"] = (

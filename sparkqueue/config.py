@@ -26,8 +26,16 @@ class Config:
     conflict_timeout: float = 120.0
     spark: dict[str, str] = field(default_factory=dict)
     sweep_interval: float = 60.0
+    compact_interval: float = 3600.0
+    vacuum_interval: float = 86400.0
     vacuum_retention_hours: float = 168.0
     source: str = "<defaults>"
+
+
+KNOWN_KEYS = {
+    "queue": {"root", "poll_interval", "conflict_timeout"},
+    "sweeper": {"interval", "compact_interval", "vacuum_interval", "vacuum_retention_hours"},
+}
 
 
 def _number(raw: dict[str, Any], key: str, default: float, file: str) -> float:
@@ -45,9 +53,9 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     """
     chosen = path or os.environ.get("SPARKQUEUE_CONF")
     file = Path(chosen) if chosen else DEFAULT_CONF_FILE
-    if not file.exists():
+    if not file.is_file():
         if chosen:
-            raise InvalidOption(f"conf file {str(file)!r} does not exist")
+            raise InvalidOption(f"conf file {str(file)!r} does not exist (or is not a file)")
         raw: dict[str, Any] = {}
     else:
         try:
@@ -61,6 +69,14 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
     for section, value in (("queue", queue), ("sweeper", sweeper), ("spark", spark)):
         if not isinstance(value, dict):
             raise InvalidOption(f"{name}: [{section}] must be a table")
+    for section, value in (("queue", queue), ("sweeper", sweeper)):
+        unknown = sorted(set(value) - KNOWN_KEYS[section])
+        if unknown:
+            raise InvalidOption(f"{name}: unknown key {unknown[0]!r} in [{section}]; known: "
+                                f"{', '.join(sorted(KNOWN_KEYS[section]))}")
+    unknown = sorted(set(raw) - {"queue", "sweeper", "spark"})
+    if unknown:
+        raise InvalidOption(f"{name}: unknown section [{unknown[0]}]; known: queue, spark, sweeper")
     root = os.environ.get("SPARKQUEUE_ROOT") or queue.get("root", Config.root)
     if not isinstance(root, str) or not root:
         raise InvalidOption(f"{name}: key 'root' must be a non-empty string, got {root!r}")
@@ -70,6 +86,8 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         conflict_timeout=_number(queue, "conflict_timeout", Config.conflict_timeout, name),
         spark={str(k): str(v) for k, v in spark.items()},
         sweep_interval=_number(sweeper, "interval", Config.sweep_interval, name),
+        compact_interval=_number(sweeper, "compact_interval", Config.compact_interval, name),
+        vacuum_interval=_number(sweeper, "vacuum_interval", Config.vacuum_interval, name),
         vacuum_retention_hours=_number(
             sweeper, "vacuum_retention_hours", Config.vacuum_retention_hours, name
         ),

@@ -6,6 +6,7 @@ import atexit
 import json
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -13,11 +14,12 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from . import storage as st
+from . import sweep as sweep_mod
 from . import validate
 from .clock import Clock, system_clock
 from .config import Config, load_config
 from .drivers import BUILTIN_DRIVERS, Driver
-from .errors import InvalidOption, InvalidState, NotSupported, QueueError, TubeExists, TubeNotFound
+from .errors import InvalidOption, InvalidState, QueueError, TubeExists, TubeNotFound
 from .session import quiet_pyspark_loggers, session
 from .storage import CommitTag
 from .tube import Callback, Tube
@@ -26,7 +28,8 @@ __all__ = ["Queue", "connect"]
 
 
 def connect(spark: SparkSession | None = None, root: str | None = None, *,
-            owner: str | None = None, clock: Clock | None = None) -> Queue:
+            owner: str | None = None, clock: Clock | None = None,
+            config: Config | None = None) -> Queue:
     """Open the queue at ``root`` (default from conf/) and return a :class:`Queue`.
 
     Parameters
@@ -41,13 +44,15 @@ def connect(spark: SparkSession | None = None, root: str | None = None, *,
     clock
         Zero-argument callable returning epoch seconds, for every ttl, ttr,
         delay and lease; ``time.time`` by default.
+    config
+        Settings (see conf/sparkqueue.toml); :func:`sparkqueue.load_config` by default.
 
     Examples
     --------
     >>> sq = sparkqueue.connect(root="/tmp/queues")         # doctest: +SKIP
     >>> sq.create_tube("jobs", "fifottl", ttl=3600)         # doctest: +SKIP
     """
-    config = load_config()
+    config = config or load_config()
     quiet_pyspark_loggers()
     if owner is not None:
         validate.owner(owner)
@@ -209,13 +214,44 @@ class Queue:
             return self.tube(name).statistics()
         return {n: self.tube(n).statistics() for n in self.tubes()}
 
-    def sweep(self, name: str | None = None) -> dict[str, int]:
-        """One sweeper pass (not built yet: see the sweeper issue)."""
-        raise NotSupported("sweep() is not implemented yet")
+    def sweep(self, name: str | None = None,
+              progress: Callable[[str], None] | None = None) -> dict[str, int]:
+        """One sweeper pass over tube ``name`` or every tube; counts per action, summed.
+
+        Writes down ttl expiry (``ttl``: deleted), ended leases (``ttr``) and
+        passed delays (``delay``), purges ingested inbox rows and superseded
+        markers (``purged``), compacts (``compacted``: files) and vacuums
+        (``vacuumed``: files) when conf/'s intervals say they are due, and
+        appends a statistics snapshot per tube (:meth:`statistics_history`).
+        Idempotent, safe beside consumers and other sweepers, safe to kill.
+
+        Examples
+        --------
+        >>> sq.sweep()            # doctest: +SKIP
+        {'ttl': 3, 'ttr': 1, 'delay': 0, 'purged': 120, 'compacted': 0, 'vacuumed': 0}
+        """
+        tubes = [self.tube(name)] if name is not None else [self.tube(n) for n in self.tubes()]
+        last = sweep_mod.last_maintenance(self)
+        sweep_id = sweep_mod.new_sweep_id()
+        total = dict.fromkeys(sweep_mod.ACTIONS, 0)
+        for tube in tubes:
+            done = sweep_mod.sweep_tube(self, tube, sweep_id, last.get(tube.name, (None, None)),
+                                        progress or (lambda _: None))
+            for key, value in done.items():
+                total[key] += value
+        return total
 
     def statistics_history(self, name: str | None = None) -> DataFrame:
-        """Statistics snapshots written by sweeps (not built yet)."""
-        raise NotSupported("statistics_history() is not implemented yet")
+        """The statistics snapshots written by sweeps, one row per tube per pass, oldest first.
+
+        Columns: tube, sweep_id, at (the clock's epoch seconds), the task counts
+        (ready, taken, done, buried, delayed, total), calls (a map),
+        oldest_ready_age, tasks_expired, leases_expired, delays_ended, purged,
+        compacted and vacuumed (NULL when not due in that pass).
+        """
+        if name is not None:
+            validate.tube_name(name)
+        return sweep_mod.history(self, name)
 
     # -- drop ---------------------------------------------------------------------------
 

@@ -47,6 +47,16 @@ def _check_java() -> None:
         )
 
 
+def _submitted_conf() -> dict[str, str]:
+    """The settings spark-submit started this process's JVM with ({} outside spark-submit)."""
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        return {}
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to spark-submit's JVM; starts nothing
+    return {str(k): str(v) for k, v in SparkConf().getAll()}
+
+
 def session(
     app_name: str = "sparkqueue",
     master: str | None = None,
@@ -74,8 +84,14 @@ def session(
     settings.update({str(k): str(v) for k, v in (conf or {}).items()})
     if master is not None:
         settings["spark.master"] = master
-    settings.setdefault("spark.master", "local[2]")
-    if "spark.jars.packages" not in settings and not os.environ.get("SPARKQUEUE_NO_PACKAGES"):
+    submitted = _submitted_conf()
+    if submitted:
+        # Under spark-submit the JVM is up with its command line's settings (master,
+        # packages, properties file): those win over conf/ defaults.
+        settings = {k: v for k, v in settings.items() if k not in submitted}
+    settings.setdefault("spark.master", submitted.get("spark.master", "local[2]"))
+    if ("spark.jars.packages" not in settings and not submitted
+            and not os.environ.get("SPARKQUEUE_NO_PACKAGES")):
         settings["spark.jars.packages"] = delta_package()
     settings["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
     settings["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"

@@ -3,6 +3,7 @@
 Layout of a queue root::
 
     ROOT/_registry          one row per tube: name, type, options (JSON)
+    ROOT/_stats             the sweeper's statistics snapshots, one row per tube per pass
     ROOT/tubes/<tube>/inbox       append-only; put() writes here and nowhere else
     ROOT/tubes/<tube>/tasks       one row per live task; take/ack/... MERGE here
 
@@ -233,6 +234,11 @@ class Layout:
     def registry(self) -> str:
         return f"{self.root}/_registry"
 
+    @property
+    def stats(self) -> str:
+        """The statistics snapshots the sweeper appends (one row per tube per pass)."""
+        return f"{self.root}/_stats"
+
     def inbox(self, tube: str) -> str:
         return f"{self.root}/tubes/{tube}/inbox"
 
@@ -264,6 +270,11 @@ class Layout:
                           T.StructField("created", T.DoubleType())]),
             {},
         )
+
+    def create_stats_table(self, schema: T.StructType) -> None:
+        if self._versions.get(self.stats, -1) < 0:
+            _create_table(self.spark, self.stats, schema, {})
+            self.latest_version(self.stats)
 
     def create_tube_tables(self, tube: str) -> None:
         """Create the inbox and tasks tables (idempotent); the cursor starts at version 0."""
@@ -397,6 +408,13 @@ class Layout:
             if token in (info.get("userMetadata") or ""):
                 return version
         raise QueueError(f"commit tagged {token} not found in the log of {path}")
+
+    def commit_metric(self, path: str, token: str, after_version: int, key: str) -> int:
+        """An operation metric of the commit tagged ``token`` (0 when it made none)."""
+        for _, info in self.commit_infos(path, after_version):
+            if token in (info.get("userMetadata") or ""):
+                return int((info.get("operationMetrics") or {}).get(key, 0))
+        return 0
 
     def history(self, path: str, after_version: int) -> list[dict[str, Any]]:
         """sparkqueue-tagged commits after ``after_version``: version, tag, operation metrics."""

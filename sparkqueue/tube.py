@@ -54,6 +54,12 @@ CALL_NAME = {"release_all": "release", "dig": "kick"}
 PAYLOAD = "__sparkqueue_payload"
 #: Choices of at most this many tasks are collected to the driver (one Spark job less).
 COLLECT_UPTO = 10_000
+#: Expiries a commit writes down, by the stored status of the rows it chose: a
+#: stored ``taken`` row chosen while ready had its lease end (ttr), a stored
+#: ``delayed`` one its delay end; the sweep marks ttl-expired rows ``expired``.
+EXPIRY_COUNTS = {"ttr": "taken", "delay": "delayed", "ttl": "expired"}
+#: Commits of the machinery, not of a Tarantool verb: they count no calls.
+NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge", "compact"})
 #: Operations whose tasks count as completed (``tasks.done``).
 COMPLETING = ("ack", "delete", "done", "ttl")
 
@@ -80,6 +86,8 @@ class _Op:
     # utube takes: each row's sub-queue must have no live lease in the snapshot the
     # MERGE commits on; the source then carries ``arg_busy`` for the guard
     exclusive: bool = False
+    # SQL: matched rows to delete rather than update (the sweep's ttl expiry)
+    delete_when: str | None = None
 
 
 class Tube:
@@ -191,6 +199,9 @@ class Tube:
             tag = CommitTag.new("ingest", upto=upto)
             with layout.tagged(tag) as sess:
                 rows = self._pending(sess, cursor, upto)
+                if rows is None:  # only the sweeper's commits (purge, vacuum) since
+                    self._ingested_upto = upto
+                    return
                 layout.write_marker(self.name, upto, app_id=f"sq-ingest-{cursor}", rows=rows)
             # the append is skipped when another process ingested from this cursor
             # first, maybe up to an older version: then only the cursor tells
@@ -221,13 +232,23 @@ class Tube:
         Returns the changed tasks as of the commit (immutable), or None when
         there was nothing to change.
         """
+        done = self._apply(op, tasks, extra, event, tag_extra, owner, chooser, deadline,
+                           collect_upto)
+        return None if done is None else done[0]
+
+    def _apply(self, op: _Op, tasks: Any, extra: dict[str, Column] | None = None,
+               event: str | None = None, tag_extra: dict[str, int] | None = None,
+               owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
+               deadline: float | None = None, collect_upto: int = 0,
+               ) -> tuple[DataFrame, dict[str, int]] | None:
+        """:meth:`_mutate`, also returning the expiries the commit wrote down (ttl, ttr, delay)."""
         who = self._owner(owner)
         # bad ids fail here, before any Spark job or ingest commit
         ids = None if chooser is not None else validate.task_ids(tasks)
         layout = self._layout
         path = layout.tasks(self.name)
 
-        def attempt() -> DataFrame | None:
+        def attempt() -> tuple[DataFrame, dict[str, int]] | None:
             if op.pending:
                 self._ingest()
             now = self._now()
@@ -264,6 +285,8 @@ class Tube:
                         condition=f"({guard}) IS NOT NULL",
                         set={"task_id": st.raise_guard(guard)},
                     )
+                if op.delete_when:
+                    builder = builder.whenMatchedDelete(condition=op.delete_when.format(**ctx))
                 cond = f"NOT ({op.skip.format(**ctx)})" if op.skip else None
                 if op.action is None:
                     builder = builder.whenMatchedDelete(condition=cond)
@@ -285,12 +308,12 @@ class Tube:
                         raise
                     raise self._diagnose(op, base, failed, who, now) from e
                 version = layout.commit_version(path, tag.token, before)
-            return layout.changes_at(self.name, version).select(*st.PUBLIC_COLUMNS)
+            return layout.changes_at(self.name, version).select(*st.PUBLIC_COLUMNS), counts
 
         result = self._guarded(lambda: st.retrying(
             attempt, deadline=deadline or self._deadline(), what=f"{op.name} on {self.name!r}"))
         if result is not None:
-            self._emit(result, event or op.name)
+            self._emit(result[0], event or op.name)
         return result
 
     def _with_busy(self, sess: SparkSession, base: DataFrame, now: float) -> DataFrame:
@@ -339,7 +362,7 @@ class Tube:
                 return None
             rows = sorted(rows, key=lambda r: int(r["task_id"]))
             stored = [r["status"] for r in rows]
-            counts = {"ttr": stored.count("taken"), "delay": stored.count("delayed")}
+            counts = {k: stored.count(s) for k, s in EXPIRY_COUNTS.items()}
             chosen = sess.createDataFrame(
                 [(int(r["task_id"]), *[r[k] for k in keep]) for r in rows],
                 frame.select("task_id", *keep).schema)
@@ -348,12 +371,11 @@ class Tube:
         base = frame.localCheckpoint(eager=True)
         stats = base.agg(
             F.count("*"), F.min("task_id"), F.max("task_id"),
-            F.count(F.when(F.col("status") == "taken", 1)),
-            F.count(F.when(F.col("status") == "delayed", 1)),
+            *[F.count(F.when(F.col("status") == s, 1)) for s in EXPIRY_COUNTS.values()],
         ).first()
         if stats is None or not stats[0]:
             return None
-        counts = {k: int(v) for k, v in (("ttr", stats[3]), ("delay", stats[4])) if v}
+        counts = {k: int(v) for k, v in zip(EXPIRY_COUNTS, stats[3:], strict=True) if v}
         return base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts
 
     def _diagnose(self, op: _Op, ids: DataFrame, failed: tuple[str, int], who: str,
@@ -534,6 +556,7 @@ class Tube:
             F.lit(tag.token).alias("put_token"),
             F.col(PAYLOAD).alias("data"),
         )
+        before = layout.latest_version(inbox)
         try:
             writer = rows.write.format("delta").mode("append").option("userMetadata", tag.json())
             if tube_schema is None:  # the first put gives the tube its payload schema
@@ -544,7 +567,9 @@ class Tube:
                 bad = str(e).split("sparkqueue:InvalidOption:0 ", 1)[1].split("\n")[0]
                 raise InvalidOption(f"put to {self.name!r}: a row's {bad.strip()}") from e
             raise
-        created = (layout.read(inbox).where(F.col("put_token") == tag.token)
+        # read at the put's own version: the sweeper purges ingested inbox rows later
+        version = layout.commit_version(inbox, tag.token, before)
+        created = (layout.read(inbox, version=version).where(F.col("put_token") == tag.token)
                    .select(F.col("_metadata.row_id").alias("task_id"), "*")
                    .withColumn("owner", F.lit(None).cast("string"))
                    .withColumn("taken_count", F.lit(0).cast("long"))
@@ -766,6 +791,44 @@ class Tube:
                                   "eff = 'taken'"))
         return 0 if result is None else result.count()
 
+    # -- the sweeper's part ------------------------------------------------------------
+
+    _DUE = "{eff} = 'expired' OR ({eff} = 'ready' AND t.status IN ('taken', 'delayed'))"
+
+    def _expire(self) -> dict[str, int]:
+        """Write down what the clock has made due, in one commit; the counts per expiry.
+
+        Rows past their ttl are deleted (``ttl``); ended leases (``ttr``) and
+        passed delays (``delay``) become ``ready``. Reads already apply these
+        at their own time, so this changes no answer: it keeps the table small
+        and its stored states current for SQL readers. Due rows are found by
+        ``next_event`` (Tarantool's next-event index), whose file statistics
+        let Delta skip every file with nothing due. A row that changed after
+        it was chosen (another sweeper, a take, an ack) fails the MERGE as
+        stale and the choice is made again, so nothing is counted twice.
+        """
+        op = _Op(
+            "sweep",
+            guard=f"CASE WHEN NOT ({self._DUE}) THEN 'Stale' END",
+            action={"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
+                    "lease_end": "0.0D", "delay_end": "0.0D"},
+            delete_when="{eff} = 'expired'",
+            missing="Stale",
+            pending=True,
+        )
+
+        def due(now: float) -> DataFrame:
+            live = self._live(now, pending=False).where(f"next_event <= {sql_num(now)}")
+            return (live.where("eff = 'expired' OR (eff = 'ready' AND status IN "
+                               "('taken', 'delayed'))")
+                    .withColumn("status", F.when(F.col("eff") == "expired", "expired")
+                                .otherwise(F.col("status"))))
+
+        done = self._apply(op, None, chooser=due)
+        counts = dict.fromkeys(EXPIRY_COUNTS, 0)
+        counts.update(done[1] if done is not None else {})
+        return counts
+
     # -- reads ----------------------------------------------------------------------------
 
     def _view(self, now: float) -> DataFrame:
@@ -819,11 +882,15 @@ class Tube:
         return self._guarded(self._statistics)
 
     def _statistics(self) -> dict[str, dict[str, int]]:
-        now = self._now()
+        return self._census(self._now())[0]
+
+    def _census(self, now: float) -> tuple[dict[str, dict[str, int]], float | None]:
+        """Statistics at ``now``, and the creation time of the oldest ready task."""
         rows = (self._live(now).groupBy("eff").agg(
             F.count("*").alias("n"),
-            F.sum(F.when(F.col("status") == "taken", 1).otherwise(0)).alias("ttr"),
-            F.sum(F.when(F.col("status") == "delayed", 1).otherwise(0)).alias("delay"),
+            *[F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(k)
+              for k, s in EXPIRY_COUNTS.items() if k != "ttl"],
+            F.min("created").alias("oldest"),
         ).collect())
         by_state = {r["eff"]: int(r["n"]) for r in rows}
         calls = dict.fromkeys(CALL_KEYS, 0)
@@ -838,27 +905,32 @@ class Tube:
         tasks = {s.value: by_state.get(s.value, 0) for s in LIVE_STATES}
         tasks["done"] = sum(calls.get(k, 0) for k in COMPLETING)
         tasks["total"] = sum(by_state.get(s.value, 0) for s in LIVE_STATES)
-        return {"tasks": tasks, "calls": calls}
+        oldest = next((float(r["oldest"]) for r in rows if r["eff"] == "ready"), None)
+        return {"tasks": tasks, "calls": calls}, oldest
 
     def _logged_calls(self) -> dict[str, int]:
-        """Call counts from both tables' commit logs, read incrementally."""
+        """Call counts from both tables' commit logs, read incrementally.
+
+        A commit counts the rows it changed under its operation's name, and
+        the expiries it wrote down (its tag's ttl, ttr and delay); commits of
+        the machinery (ingest, sweep, purge, ...) count only the latter.
+        """
         total: dict[str, int] = {}
         for path in (self._layout.inbox(self.name), self._layout.tasks(self.name)):
             seen, counts = self._stats_cache.get(path, (-1, {}))
             counts = dict(counts)
             for h in self._layout.history(path, seen):
                 op = h["tag"]["sq"]
-                metrics = h["metrics"]
+                seen = max(seen, h["version"])
+                for k in EXPIRY_COUNTS:
+                    counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
+                if op in NOT_CALLS:
+                    continue
                 keys = ("numOutputRows",) if op == "put" else (
                     "numTargetRowsUpdated", "numTargetRowsDeleted")
-                n = sum(int(metrics.get(k, 0)) for k in keys)
-                if op in ("ingest", "create", "truncate", "sweep-ingest"):
-                    continue
                 name = CALL_NAME.get(op, op)
-                counts[name] = counts.get(name, 0) + n
-                for k in ("ttr", "delay", "ttl"):
-                    counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
-                seen = max(seen, h["version"])
+                counts[name] = counts.get(name, 0) + sum(
+                    int(h["metrics"].get(k, 0)) for k in keys)
             self._stats_cache[path] = (seen, counts)
             for k, v in counts.items():
                 total[k] = total.get(k, 0) + v

@@ -17,10 +17,13 @@ from pyspark.sql import functions as F
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube
 
-# The contract runs on every driver class: fifottl's rules through limfifottl
-# (fifottl plus a capacity, given one here so that every put also checks it);
-# fifottl itself runs the timing tests of tests/drivers/test_fifottl.py.
-DRIVERS = ["fifo", "limfifottl", "utube", "utubettl"]
+# The contract runs on every driver family: fifottl's rules through limfifottl
+# (fifottl plus a capacity, given one here so that every put also checks it),
+# utube's through utubettl (utube plus priorities and times: the same windowed
+# take). fifottl itself runs the timing tests of tests/drivers/test_fifottl.py,
+# utube the sub-queue tests of tests/drivers/test_utube.py. (All five drivers in
+# the contract took the suite past its 30 minutes on this machine.)
+DRIVERS = ["fifo", "limfifottl", "utubettl"]
 CONTRACT_OPTIONS: dict[str, dict[str, Any]] = {"limfifottl": {"capacity": 1000}}
 
 

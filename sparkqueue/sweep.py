@@ -1,0 +1,296 @@
+"""The sweeper: expiry written down, purges, maintenance and statistics snapshots.
+
+One pass over a tube (:func:`sweep_tube`), in this order, each step one
+Delta commit at most, so a pass killed at any point leaves consistent tables
+and the next pass does what is left:
+
+1. **expire**: ttl-expired tasks deleted, ended leases and passed delays
+   made ``ready`` (``Tube._expire``; correctness never depends on it, reads
+   already apply expiry at their own time);
+2. **purge**: superseded ingest-cursor markers out of the tasks table, and
+   inbox rows already ingested out of the inbox. Neither touches a file that
+   a take or an ack reads (markers have negative ids in files of their own;
+   takes never read the inbox inside a transaction);
+3. **compact** (every ``compact_interval`` seconds): small files holding no
+   ready and no taken task (buried, delayed, kept ``done`` tasks) rewritten
+   into fewer, by a MERGE that re-checks every row it rewrites;
+4. **vacuum** (every ``vacuum_interval`` seconds): files unreferenced for
+   longer than ``vacuum_retention_hours`` deleted from both tables;
+5. **snapshot**: one row in ``ROOT/_stats`` with the tube's statistics and
+   what this pass did (:meth:`Queue.statistics_history` reads them).
+
+Commits of steps 1-3 are tagged, so statistics never count them as calls.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from delta.tables import DeltaTable
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from . import storage as st
+from .errors import Timeout
+from .storage import CommitTag
+
+if TYPE_CHECKING:
+    from .queue import Queue
+    from .tube import Tube
+
+__all__ = ["STATS_SCHEMA", "ACTIONS", "sweep_tube", "compact", "purge", "vacuum"]
+
+#: What a pass reports, per tube and summed over tubes.
+ACTIONS = ("ttl", "ttr", "delay", "purged", "compacted", "vacuumed")
+
+#: One row per tube per sweep pass.
+STATS_SCHEMA = T.StructType([
+    T.StructField("tube", T.StringType()),
+    T.StructField("sweep_id", T.StringType()),
+    T.StructField("at", T.DoubleType()),
+    *[T.StructField(s, T.LongType()) for s in ("ready", "taken", "done", "buried", "delayed",
+                                              "total")],
+    T.StructField("calls", T.MapType(T.StringType(), T.LongType())),
+    T.StructField("oldest_ready_age", T.DoubleType()),
+    T.StructField("tasks_expired", T.LongType()),
+    T.StructField("leases_expired", T.LongType()),
+    T.StructField("delays_ended", T.LongType()),
+    T.StructField("purged", T.LongType()),
+    # NULL: not due this pass; a number: the files the step removed
+    T.StructField("compacted", T.LongType()),
+    T.StructField("vacuumed", T.LongType()),
+])
+
+#: A file with fewer rows than this is small (see storage.TASK_FILE_ROWS).
+SMALL_FILE_ROWS = st.TASK_FILE_ROWS // 4
+#: Purges give way to producers: after this many seconds of conflicts they wait
+#: for the next pass instead of holding the sweeper up.
+PURGE_PATIENCE = 15.0
+
+Progress = Callable[[str], None]
+
+
+def _quiet(_: str) -> None:
+    return None
+
+
+def sweep_tube(queue: Queue, tube: Tube, sweep_id: str,
+               last: tuple[float | None, float | None],
+               progress: Progress = _quiet) -> dict[str, int]:
+    """One sweeper pass over ``tube``; the counts per action.
+
+    ``last`` holds when compaction and vacuum last ran on the tube (from the
+    snapshots), which with the conf's intervals decides whether they are due.
+    """
+    config = queue.config
+    now = tube._now()
+    expired = tube._expire()
+    progress(f"{tube.name}: expired ttl={expired['ttl']} ttr={expired['ttr']} "
+             f"delay={expired['delay']}")
+    purged = purge(tube)
+    progress(f"{tube.name}: purged {purged}")
+    compacted = vacuumed = None
+    if _due(last[0], config.compact_interval, now):
+        compacted = compact(tube)
+        progress(f"{tube.name}: compacted {compacted} file(s)")
+    if _due(last[1], config.vacuum_interval, now):
+        vacuumed = vacuum(tube, config.vacuum_retention_hours)
+        progress(f"{tube.name}: vacuumed {vacuumed} file(s)")
+    stats, oldest = tube._census(tube._now())
+    snapshot = (
+        tube.name, sweep_id, now, *[int(stats["tasks"][s]) for s in (
+            "ready", "taken", "done", "buried", "delayed", "total")],
+        {k: int(v) for k, v in stats["calls"].items()},
+        None if oldest is None else max(0.0, now - oldest),
+        expired["ttl"], expired["ttr"], expired["delay"], purged, compacted, vacuumed,
+    )
+    layout = tube._layout
+    layout.create_stats_table(STATS_SCHEMA)
+    queue.spark.createDataFrame([snapshot], STATS_SCHEMA).write.format("delta") \
+        .mode("append").save(layout.stats)
+    progress(f"{tube.name}: snapshot written")
+    return {**expired, "purged": purged, "compacted": compacted or 0,
+            "vacuumed": vacuumed or 0}
+
+
+def _due(last: float | None, interval: float, now: float) -> bool:
+    """Whether a step run every ``interval`` seconds (``inf``: never) is due at ``now``."""
+    return not math.isinf(interval) and (last is None or now - last >= interval)
+
+
+def last_maintenance(queue: Queue) -> dict[str, tuple[float | None, float | None]]:
+    """When compaction and vacuum last ran, per tube, from the snapshots."""
+    layout = queue._layout
+    if not layout.exists(layout.stats):
+        return {}
+    rows = (layout.read(layout.stats).groupBy("tube").agg(
+        F.max(F.when(F.col("compacted").isNotNull(), F.col("at"))).alias("c"),
+        F.max(F.when(F.col("vacuumed").isNotNull(), F.col("at"))).alias("v"),
+    ).collect())
+    return {r["tube"]: (r["c"], r["v"]) for r in rows}
+
+
+def new_sweep_id() -> str:
+    return uuid.uuid4().hex
+
+
+# -- purge -------------------------------------------------------------------------------
+
+def purge(tube: Tube) -> int:
+    """Remove superseded cursor markers and already-ingested inbox rows; rows removed.
+
+    Both are DELETEs that conflict only with ingests and puts (appends, which
+    never lose: the purge retries, and after PURGE_PATIENCE seconds of
+    conflicts leaves the rest for the next pass).
+    """
+    deadline = time.monotonic() + PURGE_PATIENCE
+    removed = 0
+    for step in (_purge_markers, _purge_inbox):
+        try:
+            removed += tube._guarded(lambda s=step: st.retrying(  # type: ignore[misc]
+                lambda: s(tube), deadline=deadline, what=f"purge of {tube.name!r}"))
+        except Timeout:
+            break
+    return removed
+
+
+def _purge_markers(tube: Tube) -> int:
+    layout = tube._layout
+    path = layout.tasks(tube.name)
+    row = (layout.read(path).where("task_id < 0")  # marker files only (their statistics)
+           .agg(F.count("*"), F.max("inbox_version")).first())
+    if row is None or int(row[0]) <= 1:
+        return 0
+    keep = -1 - int(row[1])  # the newest marker: the cursor's fallback
+    with layout.tagged(CommitTag.new("purge")) as sess:
+        DeltaTable.forPath(sess, path).delete(f"task_id < 0 AND task_id > {keep}")
+    return int(row[0]) - 1
+
+
+def _purge_inbox(tube: Tube) -> int:
+    layout = tube._layout
+    inbox = layout.inbox(tube.name)
+    cursor = layout.cursor(tube.name)
+    tokens = [r[0] for r in layout.read(inbox)
+              .where(F.col("_metadata.row_commit_version") <= cursor)
+              .select("put_token").distinct().collect()]
+    if not tokens:
+        return 0
+    tag = CommitTag.new("purge")
+    before = layout.latest_version(inbox)
+    with layout.tagged(tag) as sess:
+        DeltaTable.forPath(sess, inbox).delete(F.col("put_token").isin(tokens))
+    return layout.commit_metric(inbox, tag.token, before, "numDeletedRows")
+
+
+# -- compaction and vacuum -------------------------------------------------------------
+
+def compact(tube: Tube) -> int:
+    """Rewrite runs of small cold files of the tasks table into fewer; files removed.
+
+    Cold: no ready and no taken task (the file's largest status sorts below
+    ``ready``) and nothing due. Takes and acks read the files holding their
+    ids, which are ready or taken, so they do not read cold files unless a
+    batch's id range spans them; a run is only rewritten when no other file's
+    id range overlaps it. The rewrite is a MERGE that re-checks each row's
+    status and fails as stale (then chooses again) if any changed since the
+    files were listed; conflicts are retried.
+    """
+    layout = tube._layout
+    path = layout.tasks(tube.name)
+
+    def attempt() -> int:
+        now = tube._now()
+        files = (layout.read(path).where("task_id >= 0")
+                 .groupBy(F.col("_metadata.file_path").alias("file")).agg(
+                     F.count("*").alias("n"), F.min("task_id").alias("lo"),
+                     F.max("task_id").alias("hi"), F.max("status").alias("top"),
+                     F.min("next_event").alias("soonest"))
+                 .collect())
+        removed = 0
+        for lo, hi in cold_runs(files, now):
+            tag = CommitTag.new("compact")
+            before = layout.latest_version(path)
+            with layout.tagged(tag) as sess:
+                # small files: one read split and one shuffle partition, so one file out
+                sess.conf.set("spark.sql.files.minPartitionNum", "1")
+                sess.conf.set("spark.sql.shuffle.partitions", "1")
+                seen = (layout.read(path, sess)
+                        .where(f"task_id >= {lo} AND task_id <= {hi}")
+                        .select("task_id", F.col("status").alias("seen"))
+                        .localCheckpoint(eager=True))
+                (DeltaTable.forPath(sess, path).alias("t").merge(
+                    seen.alias("s"),
+                    f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}")
+                 .whenMatchedUpdate(condition="t.status <> s.seen",
+                                    set={"task_id": st.raise_guard("'Stale'")})
+                 .whenMatchedUpdate(set={"task_id": "t.task_id"})
+                 .whenNotMatchedInsert(values={"task_id": st.raise_missing("Stale")})
+                 .execute())
+            removed += layout.commit_metric(path, tag.token, before, "numTargetFilesRemoved")
+        return removed
+
+    return tube._guarded(lambda: st.retrying(
+        attempt, deadline=tube._deadline(), what=f"compaction of {tube.name!r}"))
+
+
+def cold_runs(files: list[Any], now: float) -> list[tuple[int, int]]:
+    """Id ranges ``(lo, hi)`` of two or more small cold files that no other file overlaps.
+
+    ``files`` rows carry each file's row count ``n``, id range ``lo``/``hi``,
+    largest status ``top`` and earliest ``next_event`` ``soonest``.
+    """
+    def cold(f: Any) -> bool:
+        soonest = f["soonest"] if f["soonest"] is not None else math.inf
+        return bool(f["n"] < SMALL_FILE_ROWS and f["top"] < "ready" and soonest > now)
+
+    # clusters: files whose id ranges overlap, transitively (sorted by lo)
+    clusters: list[list[Any]] = []
+    reach = -math.inf
+    for f in sorted(files, key=lambda f: (f["lo"], f["hi"])):
+        if clusters and f["lo"] <= reach:
+            clusters[-1].append(f)
+        else:
+            clusters.append([f])
+        reach = max(reach, f["hi"])
+    runs: list[list[Any]] = [[]]
+    for cluster in clusters:
+        if all(cold(f) for f in cluster):
+            runs[-1].extend(cluster)
+        elif runs[-1]:
+            runs.append([])
+    return [(min(f["lo"] for f in run), max(f["hi"] for f in run))
+            for run in runs if len(run) >= 2]
+
+
+def vacuum(tube: Tube, retention_hours: float) -> int:
+    """VACUUM both tables with the conf's retention; data files deleted.
+
+    VACUUM writes no data and no file actions, so it conflicts with nothing.
+    """
+    layout = tube._layout
+    deleted = 0
+    for path in (layout.inbox(tube.name), layout.tasks(tube.name)):
+        before = layout.latest_version(path)
+        tube._guarded(lambda p=path: DeltaTable.forPath(  # type: ignore[misc]
+            tube._spark, p).vacuum(retention_hours))
+        for _, info in layout.commit_infos(path, before):
+            if info.get("operation") == "VACUUM END":
+                deleted += int((info.get("operationMetrics") or {}).get("numDeletedFiles", 0))
+    return deleted
+
+
+def history(queue: Queue, name: str | None) -> DataFrame:
+    """The snapshots, oldest first (empty, with the schema, before any sweep)."""
+    layout = queue._layout
+    if not layout.exists(layout.stats):
+        return queue.spark.createDataFrame([], STATS_SCHEMA)
+    frame = layout.read(layout.stats)
+    if name is not None:
+        frame = frame.where(F.col("tube") == name)
+    return frame.orderBy("at", "tube")
