@@ -42,6 +42,7 @@ from .queue import Queue, connect
 from .session import session
 from .task import Task, TaskState
 from .tube import Tube
+from .worker import Consumer, Progress
 
 __all__ = [
     "session", "connect", "Queue", "Tube", "Task", "TaskState", "Driver", "FifoDriver",
@@ -49,7 +50,7 @@ __all__ = [
     "system_clock", "Config",
     "load_config", "QueueError", "TubeNotFound", "TubeExists", "TaskNotFound", "NotOwner",
     "InvalidState", "InvalidOption", "NotSupported", "CapacityExceeded", "SchemaMismatch",
-    "Timeout",
+    "Timeout", "Consumer", "Progress",
 ]
 
 __version__ = "0.1.0"

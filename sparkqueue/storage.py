@@ -82,12 +82,16 @@ TASK_COLUMNS: list[tuple[str, T.DataType]] = [
     ("buried_count", T.LongType()),
     ("inbox_version", T.LongType()),
     ("put_token", T.StringType()),
+    # the operation that last changed the row: what the change feed reports, and
+    # how it tells the sweeper's compaction (rows rewritten unchanged) apart
+    ("changed_by", T.StringType()),
 ]
 
 #: Columns of the inbox table: what put() knows (task_id comes from the row id).
 INBOX_COLUMNS = [
     c for c in TASK_COLUMNS if c[0] not in ("task_id", "order_key", "owner", "lease_token",
-                                           "taken_count", "buried_count", "inbox_version")
+                                           "taken_count", "buried_count", "inbox_version",
+                                           "changed_by")
 ]
 
 #: Columns of the task DataFrames the API returns.
@@ -361,6 +365,14 @@ class Layout:
             return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
+
+    def read_text(self, path: str) -> str:
+        """A small text file at ``path`` (any Hadoop file system)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        file = jvm.org.apache.hadoop.fs.Path(path)
+        fs = file.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        return self._read_text(fs, file)
 
     def commit_infos(self, path: str, after_version: int,
                      upto: int | None = None) -> list[tuple[int, dict[str, Any]]]:

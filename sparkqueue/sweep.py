@@ -66,6 +66,8 @@ STATS_SCHEMA = T.StructType([
     T.StructField("vacuumed", T.LongType()),
 ])
 
+#: ``changed_by`` of rows compaction rewrote unchanged (the change feed skips them).
+COMPACT = "compact"
 #: A file with fewer rows than this is small (see storage.TASK_FILE_ROWS).
 SMALL_FILE_ROWS = st.TASK_FILE_ROWS // 4
 #: Purges give way to producers: after this many seconds of conflicts they wait
@@ -214,7 +216,7 @@ def compact(tube: Tube) -> int:
                  .collect())
         removed = 0
         for lo, hi in cold_runs(files, now):
-            tag = CommitTag.new("compact")
+            tag = CommitTag.new(COMPACT)
             before = layout.latest_version(path)
             with layout.tagged(tag) as sess:
                 # small files: one read split and one shuffle partition, so one file out
@@ -229,7 +231,7 @@ def compact(tube: Tube) -> int:
                     f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}")
                  .whenMatchedUpdate(condition="t.status <> s.seen",
                                     set={"task_id": st.raise_guard("'Stale'")})
-                 .whenMatchedUpdate(set={"task_id": "t.task_id"})
+                 .whenMatchedUpdate(set={"changed_by": f"'{COMPACT}'"})
                  .whenNotMatchedInsert(values={"task_id": st.raise_missing("Stale")})
                  .execute())
             removed += layout.commit_metric(path, tag.token, before, "numTargetFilesRemoved")

@@ -23,9 +23,10 @@ from delta.tables import DeltaTable
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
+from pyspark.sql.streaming.query import StreamingQuery
 
 from . import storage as st
-from . import validate
+from . import streaming, validate
 from .drivers.base import Driver
 from .errors import (
     CapacityExceeded,
@@ -88,6 +89,16 @@ class _Op:
     exclusive: bool = False
     # SQL: matched rows to delete rather than update (the sweep's ttl expiry)
     delete_when: str | None = None
+
+
+@dataclass(frozen=True)
+class _PutOptions:
+    """put()'s options, validated: Python values or Columns of per-row values."""
+
+    pri: int | Column | None
+    times: dict[str, float | Column]
+    utube: str | Column | None
+    timeout: float | None
 
 
 class Tube:
@@ -183,6 +194,7 @@ class Tube:
             F.lit(0).cast("long").alias("taken_count"),
             F.lit(0).cast("long").alias("buried_count"),
             F.col("_metadata.row_commit_version").alias("inbox_version"),
+            F.lit("put").alias("changed_by"),
             *[c for c in rows.columns if c not in ("task_id",)],
         )
 
@@ -293,6 +305,7 @@ class Tube:
                 else:
                     action: dict[str, str | Column] = {
                         k: v.format(**ctx) for k, v in op.action.items()}
+                    action["changed_by"] = f"'{op.name}'"
                     action["next_event"] = st.next_event(*(
                         str(action.get(k, f"t.{k}"))
                         for k in ("status", "delay_end", "lease_end", "ttl_end")))
@@ -429,17 +442,25 @@ class Tube:
         >>> tube.put(spark.createDataFrame([("a.com",)], ["url"]))   # doctest: +SKIP
         >>> tube.put({"url": "b.com"}, delay=30).task_id              # doctest: +SKIP
         """
-        return self._put(data, pri=pri, ttl=ttl, ttr=ttr, delay=delay, utube=utube,
-                         timeout=timeout, event="put")
+        return self._put(data, event="put", opts=self._put_options(
+            pri=pri, ttl=ttl, ttr=ttr, delay=delay, utube=utube, timeout=timeout))
 
     def urgent(self, data: Any, **opts: Any) -> DataFrame | Task:
         """Like :meth:`put`, ahead of every other task (the most urgent priority)."""
         if opts.get("pri") is not None:
             raise InvalidOption("urgent() sets the priority itself; do not pass pri")
         opts.pop("pri", None)
-        return self._put(data, urgent=True, event="put", **opts)
+        return self._put(data, urgent=True, event="put", opts=self._put_options(**opts))
 
-    def _put(self, data: Any, *, urgent: bool = False, event: str, **opts: Any) -> DataFrame | Task:
+    def _put(self, data: Any, *, event: str, opts: _PutOptions,
+             urgent: bool = False) -> DataFrame | Task:
+        single = not isinstance(data, (DataFrame, list, tuple))
+        out = self._guarded(lambda: self._write_put(data, single, urgent, opts, event))
+        assert out is not None  # only idempotent (sink) appends are ever skipped
+        return out
+
+    def _put_options(self, **opts: Any) -> _PutOptions:
+        """Put options checked against the driver and normalized, before any Spark job."""
         given = {k for k, v in opts.items() if v is not None}
         unsupported = given - self.driver.put_options()
         if unsupported:
@@ -453,14 +474,13 @@ class Tube:
         pri = opts.get("pri")
         if pri is not None and not isinstance(pri, Column):
             pri = validate.integer("pri", pri)
-        if opts.get("timeout") is not None:
-            validate.seconds("timeout", opts["timeout"])
+        timeout = opts.get("timeout")
+        if timeout is not None:
+            timeout = validate.seconds("timeout", timeout)
         utube = opts.get("utube")
         if utube is not None and not isinstance(utube, (str, Column)):
             raise InvalidOption(f"utube must be a string or a Column, got {utube!r}")
-        single = not isinstance(data, (DataFrame, list, tuple))
-        return self._guarded(lambda: self._write_put(data, single, urgent, pri, times, utube,
-                                                     opts.get("timeout"), event))
+        return _PutOptions(pri, times, utube, timeout)
 
     def _payload(self, data: Any, tube_schema: T.StructType | None) -> DataFrame:
         """``data`` with its payload struct in column PAYLOAD, conformed to the tube's schema."""
@@ -510,17 +530,23 @@ class Tube:
             return frame
         return frame.withColumn(PAYLOAD, conform(F.col(PAYLOAD), incoming, tube_schema, self.name))
 
-    def _write_put(self, data: Any, single: bool, urgent: bool, pri: Any,
-                   times: dict[str, Any], utube: Any, timeout: float | None,
-                   event: str) -> DataFrame | Task:
+    def _write_put(self, data: Any, single: bool, urgent: bool, opts: _PutOptions,
+                   event: str, txn: tuple[str, int] | None = None) -> DataFrame | Task | None:
+        """Append the tasks to the inbox in one commit; ``txn`` makes it idempotent.
+
+        With ``txn = (app_id, version)`` Delta skips the append when a commit
+        with that app id and a version at least as high exists (a micro-batch
+        replayed after a crash): then nothing is written and None returned.
+        """
         layout = self._layout
         inbox = layout.inbox(self.name)
         current = layout.read(inbox).schema
         tube_schema = current["data"].dataType if "data" in current.fieldNames() else None
         assert tube_schema is None or isinstance(tube_schema, T.StructType)
         frame = self._payload(data, tube_schema)
+        pri, times, utube = opts.pri, opts.times, opts.utube
         if self.driver.uses_capacity:
-            self._wait_for_room(frame, timeout)
+            self._wait_for_room(frame, opts.timeout)
         now = self._now()
         tag = CommitTag.new("put")
 
@@ -559,6 +585,8 @@ class Tube:
         before = layout.latest_version(inbox)
         try:
             writer = rows.write.format("delta").mode("append").option("userMetadata", tag.json())
+            if txn is not None:
+                writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
             if tube_schema is None:  # the first put gives the tube its payload schema
                 writer = writer.option("mergeSchema", "true")
             writer.save(inbox)
@@ -568,7 +596,11 @@ class Tube:
                 raise InvalidOption(f"put to {self.name!r}: a row's {bad.strip()}") from e
             raise
         # read at the put's own version: the sweeper purges ingested inbox rows later
-        version = layout.commit_version(inbox, tag.token, before)
+        found = [v for v, info in layout.commit_infos(inbox, before)
+                 if tag.token in (info.get("userMetadata") or "")]
+        if not found:  # an idempotent append Delta skipped: written before
+            return None
+        version = found[0]
         created = (layout.read(inbox, version=version).where(F.col("put_token") == tag.token)
                    .select(F.col("_metadata.row_id").alias("task_id"), "*")
                    .withColumn("owner", F.lit(None).cast("string"))
@@ -952,13 +984,35 @@ class Tube:
         self._q._drop(self)
 
     def sink(self, stream_df: DataFrame, checkpoint_location: str, *,
-             trigger: dict[str, Any] | None = None, **put_opts: Any) -> Any:
-        """Structured-streaming sink feeding this tube (not built yet)."""
-        raise NotSupported("Tube.sink() is not built yet")
+             trigger: dict[str, Any] | None = None, **put_opts: Any) -> StreamingQuery:
+        """Feed this tube from a streaming DataFrame: every row one task, exactly once.
+
+        Each micro-batch is one put (``put_opts`` as for :meth:`put`, Columns
+        allowed), an idempotent Delta append keyed by the query's id and the
+        batch id, so a batch replayed after a crash or restart is not put
+        twice. ``trigger`` goes to ``DataStreamWriter.trigger(**trigger)``.
+
+        Examples
+        --------
+        >>> q = tube.sink(spark.readStream.json(landing, schema), "/ckpt/urls",
+        ...               trigger={"availableNow": True}, utube=F.col("domain"))  # doctest: +SKIP
+        >>> q.awaitTermination()                                                 # doctest: +SKIP
+        """
+        return streaming.sink(self, stream_df, checkpoint_location, trigger, put_opts)
 
     def changes(self, starting_version: int | None = None) -> DataFrame:
-        """Streaming DataFrame of task state transitions (not built yet)."""
-        raise NotSupported("Tube.changes() is not built yet")
+        """Streaming DataFrame of task state transitions (the tasks table's change feed).
+
+        Columns: task_id, status (after the change; ``done`` once it left the
+        tube), event (the operation), owner, pri, utube, taken_count,
+        buried_count, version, committed_at and data.
+
+        Examples
+        --------
+        >>> burials = tube.changes().where("event = 'bury'")              # doctest: +SKIP
+        >>> burials.writeStream.format("console").start()                # doctest: +SKIP
+        """
+        return streaming.changes(self, starting_version)
 
     def on_task_change(self, callback: Callback | None = None) -> Callback | None:
         """Set ``callback(tasks_df, event)``, called after each committed change made

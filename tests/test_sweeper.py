@@ -141,12 +141,17 @@ def test_compaction_rewrites_small_cold_files_only(
     assert len(cold) >= 4
     everything = t._live(clock()).select("task_id", "status", "data").orderBy("task_id")
     before = everything.localCheckpoint()
+    version = t._layout.latest_version(t._layout.tasks("t"))
 
     assert compact(t) == len(cold)
     assert len(files_of(spark, t, "status = 'buried'")) == 1, "one file for the run"
     assert files_of(spark, t, "status IN ('ready', 'taken')") == hot, "hot files untouched"
     assert_df_equality(everything, before)
     assert compact(t) == 0, "nothing left to compact"
+    feed = (t.changes(starting_version=version + 1).writeStream.format("memory")
+            .queryName("after_compaction").trigger(availableNow=True).start())
+    feed.awaitTermination()
+    assert spark.table("after_compaction").count() == 0, "compaction is no transition"
     assert t.statistics()["calls"]["bury"] == 8, "compaction counts as no call"
 
 

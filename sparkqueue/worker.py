@@ -1,0 +1,193 @@
+"""A consumer loop for workers: take a batch, hand it to your function, settle it.
+
+Success acks; failure releases with a delay that doubles per attempt (on
+drivers with delays; others release at once) and buries a task once it has
+been taken ``max_attempts`` times, so poison tasks end in the buried pile
+(``kick`` brings them back) instead of looping forever.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from types import FrameType
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import DataFrame
+
+from . import validate
+from .errors import InvalidOption, QueueError
+
+if TYPE_CHECKING:
+    from .tube import Tube
+
+__all__ = ["Consumer", "Progress"]
+
+#: ``handler(batch) -> None`` (all done) or the failed tasks (ids or a DataFrame
+#: with ``task_id``); raising fails the whole batch.
+Handler = Callable[[DataFrame], "None | DataFrame | Iterable[int]"]
+
+
+@dataclass
+class Progress:
+    """What a :class:`Consumer` has done so far."""
+
+    done: int = 0
+    failed: int = 0  # released for another attempt
+    buried: int = 0
+    batches: int = 0
+    last_error: str | None = None
+    started: float = field(default_factory=time.monotonic)
+
+    @property
+    def rate(self) -> float:
+        """Tasks done per second since the loop started."""
+        return self.done / max(time.monotonic() - self.started, 1e-9)
+
+    def __str__(self) -> str:
+        return (f"done={self.done} failed={self.failed} buried={self.buried} "
+                f"batches={self.batches} rate={self.rate:.1f}/s")
+
+
+class Consumer:
+    """Take batches from ``tube`` and hand each to ``handler`` until stopped.
+
+    Parameters
+    ----------
+    tube
+        The tube to consume.
+    handler
+        ``handler(batch)``: return None when every task succeeded, or the
+        failed tasks (ids, or a DataFrame with ``task_id``); an exception
+        fails the whole batch (recorded in ``Progress.last_error``).
+    batch_size
+        Tasks per take.
+    max_attempts
+        A failed task taken this many times is buried instead of released.
+    retry_delay, max_retry_delay
+        The first retry waits ``retry_delay`` seconds, each next one twice as
+        long, at most ``max_retry_delay`` (drivers with delays only).
+    take_timeout
+        Seconds each take waits for tasks.
+    idle_timeout
+        Stop after this many seconds without a task (0: at the first empty
+        take; None: never).
+    report
+        Called with the :class:`Progress` after every batch.
+
+    The loop also stops after the current batch on :meth:`stop`, SIGTERM or
+    SIGINT (when run in the main thread; the previous handlers come back).
+
+    Examples
+    --------
+    >>> def handle(batch):                                   # doctest: +SKIP
+    ...     failed = send_mail(batch.select("task_id", "data.*").collect())
+    ...     return failed                                    # ids that failed
+    >>> Consumer(sq.tube("mail"), handle, batch_size=500, report=print).run()  # doctest: +SKIP
+    """
+
+    def __init__(self, tube: Tube, handler: Handler, *, batch_size: int = 1000,
+                 max_attempts: int = 5, retry_delay: float = 10.0,
+                 max_retry_delay: float = 3600.0, take_timeout: float = 1.0,
+                 idle_timeout: float | None = None, owner: str | None = None,
+                 report: Callable[[Progress], Any] | None = None) -> None:
+        if not callable(handler):
+            raise InvalidOption(f"handler must be callable, got {handler!r}")
+        self.tube = tube
+        self.handler = handler
+        self.batch_size = validate.integer("batch_size", batch_size, minimum=1)
+        self.max_attempts = validate.integer("max_attempts", max_attempts, minimum=1)
+        self.retry_delay = validate.seconds("retry_delay", retry_delay, allow_inf=False)
+        self.max_retry_delay = validate.seconds("max_retry_delay", max_retry_delay)
+        self.take_timeout = validate.seconds("take_timeout", take_timeout)
+        self.idle_timeout = (None if idle_timeout is None
+                             else validate.seconds("idle_timeout", idle_timeout))
+        self.owner = owner
+        self.report = report
+        self.progress = Progress()
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """Stop after the current batch (thread-safe; also what SIGTERM/SIGINT do)."""
+        self._stop.set()
+
+    def run(self) -> Progress:
+        """Consume until stopped or idle; the progress."""
+        self._stop.clear()
+        self.progress = Progress()
+        previous = self._trap_signals()
+        try:
+            idle_since = time.monotonic()
+            while not self._stop.is_set():
+                batch = self.tube.take(self.batch_size, timeout=self.take_timeout,
+                                       owner=self.owner)
+                rows = batch.select("task_id", "taken_count").collect()
+                if not rows:
+                    if (self.idle_timeout is not None
+                            and time.monotonic() - idle_since >= self.idle_timeout):
+                        break
+                    continue
+                self._settle(batch, {int(r[0]): int(r[1]) for r in rows})
+                idle_since = time.monotonic()
+                if self.report is not None:
+                    self.report(self.progress)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        return self.progress
+
+    def _settle(self, batch: DataFrame, taken: dict[int, int]) -> None:
+        """Run the handler on ``batch``; ack, release or bury each task by its outcome."""
+        try:
+            outcome = self.handler(batch)
+            failed = _ids(outcome) & set(taken)
+        except Exception as e:  # noqa: BLE001 - the handler's failure fails its batch
+            self.progress.last_error = f"{type(e).__name__}: {e}"
+            failed = set(taken)
+        ok = sorted(set(taken) - failed)
+        bury = sorted(i for i in failed if taken[i] >= self.max_attempts)
+        retry: dict[int, list[int]] = {}
+        for i in sorted(failed - set(bury)):
+            retry.setdefault(taken[i], []).append(i)
+        self.progress.batches += 1
+        self.progress.done += self._apply(self.tube.ack, ok)
+        self.progress.buried += self._apply(self.tube.bury, bury)
+        for attempts, ids in retry.items():
+            delay = (min(self.max_retry_delay, self.retry_delay * 2 ** (attempts - 1))
+                     if self.tube.driver.uses_ttl else None)
+            self.progress.failed += self._apply(self.tube.release, ids, delay=delay)
+
+    def _apply(self, verb: Callable[..., Any], ids: list[int], **opts: Any) -> int:
+        """``verb(ids)``; how many it settled. A refused batch (e.g. a lease that ended
+        while the handler ran, so another consumer may hold the task) settles none: the
+        tasks come back when their leases end (at-least-once), and the loop goes on."""
+        if not ids:
+            return 0
+        try:
+            verb(ids, owner=self.owner, **{k: v for k, v in opts.items() if v is not None})
+        except QueueError as e:
+            self.progress.last_error = f"{type(e).__name__}: {e}"
+            return 0
+        return len(ids)
+
+    def _trap_signals(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+
+        def stop(_sig: int, _frame: FrameType | None) -> None:
+            self.stop()
+
+        return {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGINT)}
+
+
+def _ids(outcome: Any) -> set[int]:
+    """The failed ids a handler returned (None: none failed)."""
+    if outcome is None:
+        return set()
+    ids = validate.task_ids(outcome)
+    if isinstance(ids, DataFrame):
+        return {int(r[0]) for r in ids.select("task_id").collect()}
+    return set(ids)

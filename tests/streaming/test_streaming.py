@@ -1,0 +1,155 @@
+"""Streaming sinks feed tubes exactly once; the change feed; the consumer loop."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+import sparkqueue
+from sparkqueue import Consumer, FakeClock, InvalidOption, Queue
+from tests.conftest import ids
+
+HERE = Path(__file__).parent
+
+
+def json_files(folder: Path, files: int, rows: int, first: int = 0) -> list[int]:
+    """``files`` JSON files of ``rows`` rows each, numbered from ``first``; the numbers."""
+    folder.mkdir(parents=True, exist_ok=True)
+    numbers = []
+    for f in range(files):
+        lines = [first + f * rows + r for r in range(rows)]
+        (folder / f"part-{first + f:05d}.json").write_text(
+            "".join(json.dumps({"n": n}) + "\n" for n in lines))
+        numbers += lines
+    return numbers
+
+
+def feeder(root: str, tube: str, source: Path, checkpoint: Path) -> subprocess.Popen[str]:
+    env = dict(os.environ, PYTHONPATH=str(HERE.parent.parent))
+    return subprocess.Popen(
+        [sys.executable, str(HERE / "feeder.py"), root, tube, str(source), str(checkpoint)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def numbers_in(sq: Queue, tube: str) -> list[int]:
+    rows = sq.tube(tube)._live(0.0).select("data.n").collect()
+    return sorted(r[0] for r in rows)
+
+
+def test_sink_puts_every_row_once_across_sigkills_and_restarts(
+        sq: Queue, root: str, tmp_path: Path) -> None:
+    sq.create_tube("feed", "fifottl")
+    source, checkpoint = tmp_path / "landing", tmp_path / "ckpt"
+    expected = json_files(source, files=5, rows=4)
+    for kill_after in (1, 2):  # killed right after a batch's put committed, before
+        job = feeder(root, "feed", source, checkpoint)  # the checkpoint recorded the batch
+        assert job.stdout is not None
+        seen, puts = [], 0
+        for line in job.stdout:
+            seen.append(line)
+            puts += line.strip() == "put"
+            if puts == kill_after:
+                job.send_signal(signal.SIGKILL)
+                break
+        job.wait(timeout=120)
+        assert job.returncode == -signal.SIGKILL, "".join(seen)
+    job = feeder(root, "feed", source, checkpoint)
+    out, _ = job.communicate(timeout=300)
+    assert job.returncode == 0 and "finished" in out, out
+    assert numbers_in(sq, "feed") == expected, "every source row exactly once"
+
+
+def test_sink_with_a_processing_time_trigger_resumes_from_its_checkpoint(
+        sq: Queue, spark: SparkSession, tmp_path: Path) -> None:
+    t = sq.create_tube("feed", "utube")
+    source, checkpoint = tmp_path / "landing", tmp_path / "ckpt"
+    first = json_files(source, files=2, rows=3)
+    stream = spark.readStream.schema("n long").json(str(source))
+    query = t.sink(stream, str(checkpoint), trigger={"processingTime": "1 second"},
+                   utube=(stream["n"] % 2).cast("string"))
+    query.processAllAvailable()
+    query.stop()
+    more = json_files(source, files=1, rows=3, first=100)
+    query = t.sink(stream, str(checkpoint), trigger={"availableNow": True},
+                   utube=(stream["n"] % 2).cast("string"))
+    query.awaitTermination()
+    assert numbers_in(sq, "feed") == sorted(first + more)
+    assert sorted({r["utube"] for r in t.tasks_by_state("ready").collect()}) == ["0", "1"]
+    with pytest.raises(InvalidOption, match="streaming DataFrame"):
+        t.sink(spark.range(3), str(checkpoint))
+    with pytest.raises(InvalidOption, match="ttl"):
+        t.sink(stream, str(checkpoint), ttl=5)
+
+
+def test_change_feed_reports_each_transition(sq: Queue, spark: SparkSession) -> None:
+    t = sq.create_tube("t", "fifottl")
+    t.put([{"n": 0}, {"n": 1}, {"n": 2}])
+    assert ids(t.take(2)) == [0, 1]
+    t.ack(0)
+    t.bury(1)
+    query = (t.changes(starting_version=0).writeStream.format("memory")
+             .queryName("changes_t").trigger(availableNow=True).start())
+    query.awaitTermination()
+    got = spark.table("changes_t").select("task_id", "status", "event", "owner")
+    expected = spark.createDataFrame(
+        [(0, "ready", "put", None), (1, "ready", "put", None), (2, "ready", "put", None),
+         (0, "taken", "take", "consumer-a"), (1, "taken", "take", "consumer-a"),
+         (0, "done", "delete", "consumer-a"), (1, "buried", "bury", None)],
+        got.schema)
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+    with pytest.raises(InvalidOption, match="starting_version"):
+        t.changes(starting_version=-1)
+
+
+def test_consumer_acks_retries_with_growing_delays_then_buries(
+        sq: Queue, clock: FakeClock) -> None:
+    t = sq.create_tube("jobs", "fifottl")
+    t.put([{"n": i} for i in range(6)])
+
+    def odd_ones_fail(batch):  # type: ignore[no-untyped-def]
+        return [r["task_id"] for r in batch.collect() if r["data"]["n"] % 2]
+
+    reports: list[str] = []
+    consumer = Consumer(t, odd_ones_fail, batch_size=10, max_attempts=3, retry_delay=10,
+                        take_timeout=0, idle_timeout=0, report=lambda p: reports.append(str(p)))
+    first = consumer.run()
+    assert (first.done, first.failed, first.buried) == (3, 3, 0)
+    assert reports and reports[-1].startswith("done=3 failed=3 buried=0")
+    assert t.meta(1)["status"] == "delayed" and t.meta(1)["event"] == clock() + 10
+    clock.advance(10)
+    second = consumer.run()
+    assert (second.done, second.failed, second.buried) == (0, 3, 0)
+    assert t.meta(1)["event"] == clock() + 20, "the delay doubles per attempt"
+    clock.advance(20)
+    third = consumer.run()
+    assert (third.done, third.failed, third.buried) == (0, 0, 3)
+    assert ids(t.tasks_by_state("buried")) == [1, 3, 5]
+    assert t.statistics()["calls"]["ack"] == 3
+
+
+def test_consumer_stops_on_sigterm_and_a_raising_handler_fails_its_batch(sq: Queue) -> None:
+    t = sq.create_tube("q", "fifo")
+    t.put([{"n": i} for i in range(4)])
+    before = signal.getsignal(signal.SIGTERM)
+
+    def boom(batch):  # type: ignore[no-untyped-def]
+        os.kill(os.getpid(), signal.SIGTERM)  # what a scheduler sends a worker
+        raise RuntimeError("boom")
+
+    progress = Consumer(t, boom, batch_size=2, take_timeout=0, idle_timeout=None).run()
+    assert progress.batches == 1, "stopped after the batch in hand"
+    assert (progress.done, progress.failed) == (0, 2) and "boom" in (progress.last_error or "")
+    assert signal.getsignal(signal.SIGTERM) == before, "the previous handler is back"
+    stats = t.statistics()
+    assert stats["tasks"]["ready"] == 4 and stats["calls"]["release"] == 2
+    with pytest.raises(InvalidOption, match="batch_size"):
+        Consumer(t, boom, batch_size=0)
+    assert sparkqueue.Progress().done == 0
