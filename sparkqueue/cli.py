@@ -13,11 +13,13 @@ a non-zero exit status (1: the queue refused, 2: bad command line).
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from .config import Config, load_config
@@ -50,12 +52,32 @@ def sweeper_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _queue(args: argparse.Namespace, app: str) -> Any:
+def _queue(args: argparse.Namespace, app: str, quiet: bool = False) -> Any:
     import sparkqueue
 
     config = load_config(args.conf) if args.conf else load_config()
-    spark = sparkqueue.session(app_name=app)
+    with _quiet_jvm(quiet):
+        spark = sparkqueue.session(app_name=app)
     return sparkqueue.connect(spark, args.root or config.root, config=config)
+
+
+@contextmanager
+def _quiet_jvm(quiet: bool) -> Iterator[None]:
+    """Start the JVM with its stderr (Ivy's resolution report, Spark's start-up log)
+    sent to /dev/null, so that a command's own output and one-line errors stand out."""
+    from pyspark.sql import SparkSession
+
+    if not quiet or SparkSession.getActiveSession() is not None:
+        yield
+        return
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)  # inherited by the JVM started now, for good
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
 
 
 def run_sweeper(args: argparse.Namespace, out: Callable[[str], None] = print,
@@ -111,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "sweep":
             return run_sweeper(args)
-        queue = _queue(args, f"sparkqueue-{args.command}")
+        queue = _queue(args, f"sparkqueue-{args.command}", quiet=True)
         if args.command == "tubes":
             for name in queue.tubes():
                 print(name)
