@@ -1,7 +1,7 @@
 """End-to-end sparkqueue example on a local embedded Spark (what `make demo` runs).
 
 Creates tubes, puts a DataFrame, takes, acks, releases with a delay, buries
-and kicks, and prints statistics. Time is real here except for one step
+and kicks, prints statistics, and runs one sweeper pass. Time is real here except for one step
 that moves an injected clock to show a delay ending without waiting.
 
     python jobs/demo.py [--root /tmp/sparkqueue-demo]
@@ -68,6 +68,10 @@ def main(argv: list[str] | None = None) -> int:
 
     step("statistics (from the tables and the Delta commit log)")
     print(json.dumps(sq.statistics(), indent=2, sort_keys=True))
+
+    step("one sweeper pass (what `spark-submit jobs/sweeper.py` runs on a schedule)")
+    print(sq.sweep(progress=print))
+    sq.statistics_history().select("tube", "at", "ready", "total", "purged").show()
     spark.stop()
     return 0
 
