@@ -13,7 +13,8 @@ and the next pass does what is left:
    takes never read the inbox inside a transaction);
 3. **compact** (every ``compact_interval`` seconds): small files holding no
    ready and no taken task (buried, delayed, kept ``done`` tasks) rewritten
-   into fewer, by a MERGE that re-checks every row it rewrites;
+   into fewer, by a MERGE that re-checks every row it rewrites (a take or ack
+   committing at that moment retries: see :func:`compact`);
 4. **vacuum** (every ``vacuum_interval`` seconds): files unreferenced for
    longer than ``vacuum_retention_hours`` deleted from both tables;
 5. **snapshot**: one row in ``ROOT/_stats`` with the tube's statistics and
@@ -196,12 +197,14 @@ def compact(tube: Tube) -> int:
     """Rewrite runs of small cold files of the tasks table into fewer; files removed.
 
     Cold: no ready and no taken task (the file's largest status sorts below
-    ``ready``) and nothing due. Takes and acks read the files holding their
-    ids, which are ready or taken, so they do not read cold files unless a
-    batch's id range spans them; a run is only rewritten when no other file's
-    id range overlaps it. The rewrite is a MERGE that re-checks each row's
-    status and fails as stale (then chooses again) if any changed since the
-    files were listed; conflicts are retried.
+    ``ready``) and nothing due; a run is only rewritten when no other file's
+    id range overlaps it, so the rewrite touches those files only. It is a
+    MERGE that re-checks each row's status and fails as stale (then chooses
+    again) if any changed since the files were listed; conflicts are retried.
+    Being a data-changing commit, it still makes a take or ack that commits
+    at the same moment retry (open-source Delta's conflict check looks at
+    partitions, not files); a ``dataChange=false`` rewrite of chosen files is
+    not offered by Delta's public API (README, Known limits).
     """
     layout = tube._layout
     path = layout.tasks(tube.name)
