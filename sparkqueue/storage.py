@@ -82,8 +82,7 @@ TASK_COLUMNS: list[tuple[str, T.DataType]] = [
     ("buried_count", T.LongType()),
     ("inbox_version", T.LongType()),
     ("put_token", T.StringType()),
-    # the operation that last changed the row: what the change feed reports, and
-    # how it tells the sweeper's compaction (rows rewritten unchanged) apart
+    # the operation that last changed the row: the change feed's ``event``
     ("changed_by", T.StringType()),
 ]
 
@@ -365,6 +364,46 @@ class Layout:
             return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
             stream.close()
+
+    def rewrite_files(self, path: str, names: list[str]) -> int:
+        """Rewrite the data files ``names`` of the table at ``path`` into one, changing no data.
+
+        One commit whose adds and removes carry ``dataChange=false``, as an
+        OPTIMIZE's do: Delta checks it only against commits that removed the
+        same files (then it conflicts and the caller retries), so transactions
+        that did not read these files are not aborted by it, and the change
+        data feed has nothing for it. Delta's public API offers this only as
+        OPTIMIZE, which cannot be pointed at chosen files, so this goes through
+        its transaction API (DeltaLog, OptimisticTransaction, as OPTIMIZE does).
+        Returns the number of files removed (0 when fewer than two were found).
+        """
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+            self.spark._jsparkSession, path)
+        txn = log.startTransaction()
+        wanted = set(names)
+        old = [a for a in txn.snapshot().allFiles().collectAsList() if a.path() in wanted]
+        if len(old) < 2:
+            return 0
+        rows = (self.read(path).where(F.element_at(F.split("_metadata.file_path", "/"), -1)
+                                      .isin([a.path() for a in old]))
+                .repartition(1).sortWithinPartitions("task_id"))
+        actions = jvm.java.util.ArrayList()
+        parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
+        written = txn.writeFiles(rows._jdf).iterator()
+        while written.hasNext():
+            add = json.loads(written.next().json())
+            add["add"]["dataChange"] = False
+            actions.add(parse.fromJson(json.dumps(add)))
+        now = int(time.time() * 1000)
+        for a in old:
+            actions.add(a.removeWithTimestamp(now, False))
+        operation = getattr(getattr(
+            jvm, "org.apache.spark.sql.delta.DeltaOperations$ManualUpdate$"), "MODULE$")
+        txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(),
+                   operation)
+        return len(old)
 
     def read_text(self, path: str) -> str:
         """A small text file at ``path`` (any Hadoop file system)."""

@@ -18,7 +18,6 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from .errors import InvalidOption
-from .sweep import COMPACT
 
 if TYPE_CHECKING:
     from .tube import Tube
@@ -69,7 +68,7 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     when it left the tube: ack, delete, ttl expiry), ``event`` the operation
     (``put``, ``take``, ``release``, ``bury``, ``kick``, ``sweep``, ...;
     ``delete`` when it left the tube), ``version`` and ``committed_at`` of
-    the commit. Rows the sweeper's compaction rewrote unchanged are left out.
+    the commit. (The sweeper's compaction changes no data: it has no rows here.)
     Without ``starting_version``, Delta's default: the current tasks first
     (as ``insert``), then every change. Start it after the tube's first put:
     that put gives the table its payload column, a schema change that stops
@@ -85,8 +84,6 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     cdf = tube._guarded(lambda: reader.load(tube._layout.tasks(tube.name)))
     deleted = F.col("_change_type") == "delete"
     return (cdf.where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")
-            .where(~((F.col("_change_type") == "update_postimage")
-                     & F.col("changed_by").eqNullSafe(COMPACT)))
             .select(
                 "task_id",
                 F.when(deleted, F.lit("done")).otherwise(F.col("status")).alias("status"),

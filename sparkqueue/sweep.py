@@ -11,16 +11,17 @@ and the next pass does what is left:
    inbox rows already ingested out of the inbox. Neither touches a file that
    a take or an ack reads (markers have negative ids in files of their own;
    takes never read the inbox inside a transaction);
-3. **compact** (every ``compact_interval`` seconds): small files holding no
-   ready and no taken task (buried, delayed, kept ``done`` tasks) rewritten
-   into fewer, by a MERGE that re-checks every row it rewrites (a take or ack
-   committing at that moment retries: see :func:`compact`);
+3. **compact** (every ``compact_interval`` seconds): small files behind the
+   head holding no ready and no taken task (buried, delayed, kept ``done``
+   tasks) rewritten into fewer, in commits that change no data, so that
+   takes and acks running beside it are not aborted (:func:`compact`);
 4. **vacuum** (every ``vacuum_interval`` seconds): files unreferenced for
    longer than ``vacuum_retention_hours`` deleted from both tables;
 5. **snapshot**: one row in ``ROOT/_stats`` with the tube's statistics and
    what this pass did (:meth:`Queue.statistics_history` reads them).
 
-Commits of steps 1-3 are tagged, so statistics never count them as calls.
+Commits of steps 1-2 are tagged and step 3's change no data, so statistics
+never count them as calls.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from .queue import Queue
     from .tube import Tube
 
-__all__ = ["STATS_SCHEMA", "ACTIONS", "sweep_tube", "compact", "purge", "vacuum"]
+__all__ = ["STATS_SCHEMA", "ACTIONS", "sweep_tube", "compact", "cold_groups", "purge", "vacuum"]
 
 #: What a pass reports, per tube and summed over tubes.
 ACTIONS = ("ttl", "ttr", "delay", "purged", "compacted", "vacuumed")
@@ -67,8 +68,9 @@ STATS_SCHEMA = T.StructType([
     T.StructField("vacuumed", T.LongType()),
 ])
 
-#: ``changed_by`` of rows compaction rewrote unchanged (the change feed skips them).
-COMPACT = "compact"
+#: Files with a delay or ttl ending sooner than this many seconds are not compacted:
+#: a task whose delay ends becomes takeable, and its file read by a take.
+COMPACT_HORIZON = 60.0
 #: A file with fewer rows than this is small (see storage.TASK_FILE_ROWS).
 SMALL_FILE_ROWS = st.TASK_FILE_ROWS // 4
 #: Purges give way to producers: after this many seconds of conflicts they wait
@@ -194,83 +196,60 @@ def _purge_inbox(tube: Tube) -> int:
 # -- compaction and vacuum -------------------------------------------------------------
 
 def compact(tube: Tube) -> int:
-    """Rewrite runs of small cold files of the tasks table into fewer; files removed.
+    """Rewrite small cold files behind the head of the tasks table into fewer; files removed.
 
     Cold: no ready and no taken task (the file's largest status sorts below
-    ``ready``) and nothing due; a run is only rewritten when no other file's
-    id range overlaps it, so the rewrite touches those files only. It is a
-    MERGE that re-checks each row's status and fails as stale (then chooses
-    again) if any changed since the files were listed; conflicts are retried.
-    Being a data-changing commit, it still makes a take or ack that commits
-    at the same moment retry (open-source Delta's conflict check looks at
-    partitions, not files); a ``dataChange=false`` rewrite of chosen files is
-    not offered by Delta's public API (README, Known limits).
+    ``ready``) and nothing due within COMPACT_HORIZON seconds. Behind the
+    head: every id in the file is below the lowest id of a ready or taken
+    task, so no take (which leases ready tasks, at or above the head) and no
+    ack (of taken tasks) reads it. Each group of files is rewritten in one
+    commit that changes no data (``dataChange=false``, as OPTIMIZE commits;
+    :meth:`Layout.rewrite_files`): Delta does not abort a concurrent take or
+    ack for it, since they read none of the files it removes, and the change
+    feed has nothing to report. A commit that removed one of the files first
+    (a kick, a delete) makes the rewrite conflict; it is retried.
     """
     layout = tube._layout
     path = layout.tasks(tube.name)
 
     def attempt() -> int:
-        now = tube._now()
         files = (layout.read(path).where("task_id >= 0")
-                 .groupBy(F.col("_metadata.file_path").alias("file")).agg(
-                     F.count("*").alias("n"), F.min("task_id").alias("lo"),
-                     F.max("task_id").alias("hi"), F.max("status").alias("top"),
-                     F.min("next_event").alias("soonest"))
+                 .groupBy(F.element_at(F.split("_metadata.file_path", "/"), -1).alias("file"))
+                 .agg(F.count("*").alias("n"), F.min("task_id").alias("lo"),
+                      F.max("task_id").alias("hi"), F.max("status").alias("top"),
+                      F.min("next_event").alias("soonest"),
+                      F.min(F.when(F.col("status").isin("ready", "taken"), F.col("task_id")))
+                      .alias("live"))
                  .collect())
-        removed = 0
-        for lo, hi in cold_runs(files, now):
-            tag = CommitTag.new(COMPACT)
-            before = layout.latest_version(path)
-            with layout.tagged(tag) as sess:
-                # small files: one read split and one shuffle partition, so one file out
-                sess.conf.set("spark.sql.files.minPartitionNum", "1")
-                sess.conf.set("spark.sql.shuffle.partitions", "1")
-                seen = (layout.read(path, sess)
-                        .where(f"task_id >= {lo} AND task_id <= {hi}")
-                        .select("task_id", F.col("status").alias("seen"))
-                        .localCheckpoint(eager=True))
-                (DeltaTable.forPath(sess, path).alias("t").merge(
-                    seen.alias("s"),
-                    f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}")
-                 .whenMatchedUpdate(condition="t.status <> s.seen",
-                                    set={"task_id": st.raise_guard("'Stale'")})
-                 .whenMatchedUpdate(set={"changed_by": f"'{COMPACT}'"})
-                 .whenNotMatchedInsert(values={"task_id": st.raise_missing("Stale")})
-                 .execute())
-            removed += layout.commit_metric(path, tag.token, before, "numTargetFilesRemoved")
-        return removed
+        return sum(layout.rewrite_files(path, group)
+                   for group in cold_groups(files, tube._now()))
 
     return tube._guarded(lambda: st.retrying(
         attempt, deadline=tube._deadline(), what=f"compaction of {tube.name!r}"))
 
 
-def cold_runs(files: list[Any], now: float) -> list[tuple[int, int]]:
-    """Id ranges ``(lo, hi)`` of two or more small cold files that no other file overlaps.
+def cold_groups(files: list[Any], now: float) -> list[list[str]]:
+    """Names of small cold files behind the head, in id order, grouped for rewriting.
 
-    ``files`` rows carry each file's row count ``n``, id range ``lo``/``hi``,
-    largest status ``top`` and earliest ``next_event`` ``soonest``.
+    ``files`` rows carry each file's name ``file``, row count ``n``, id range
+    ``lo``/``hi``, largest status ``top``, earliest ``next_event``
+    ``soonest`` and lowest ready-or-taken id ``live``. A group holds two or
+    more files and at most TASK_FILE_ROWS rows.
     """
+    lives = [f["live"] for f in files if f["live"] is not None]
+    head = min(lives) if lives else math.inf
+
     def cold(f: Any) -> bool:
         soonest = f["soonest"] if f["soonest"] is not None else math.inf
-        return bool(f["n"] < SMALL_FILE_ROWS and f["top"] < "ready" and soonest > now)
+        return bool(f["n"] < SMALL_FILE_ROWS and f["top"] < "ready" and f["hi"] < head
+                    and soonest > now + COMPACT_HORIZON)
 
-    # clusters: files whose id ranges overlap, transitively (sorted by lo)
-    clusters: list[list[Any]] = []
-    reach = -math.inf
-    for f in sorted(files, key=lambda f: (f["lo"], f["hi"])):
-        if clusters and f["lo"] <= reach:
-            clusters[-1].append(f)
-        else:
-            clusters.append([f])
-        reach = max(reach, f["hi"])
-    runs: list[list[Any]] = [[]]
-    for cluster in clusters:
-        if all(cold(f) for f in cluster):
-            runs[-1].extend(cluster)
-        elif runs[-1]:
-            runs.append([])
-    return [(min(f["lo"] for f in run), max(f["hi"] for f in run))
-            for run in runs if len(run) >= 2]
+    groups: list[list[Any]] = [[]]
+    for f in sorted(filter(cold, files), key=lambda f: (f["lo"], f["hi"])):
+        if sum(g["n"] for g in groups[-1]) + f["n"] > st.TASK_FILE_ROWS:
+            groups.append([])
+        groups[-1].append(f)
+    return [[f["file"] for f in group] for group in groups if len(group) >= 2]
 
 
 def vacuum(tube: Tube, retention_hours: float) -> int:

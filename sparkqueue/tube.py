@@ -60,7 +60,7 @@ COLLECT_UPTO = 10_000
 #: ``delayed`` one its delay end; the sweep marks ttl-expired rows ``expired``.
 EXPIRY_COUNTS = {"ttr": "taken", "delay": "delayed", "ttl": "expired"}
 #: Commits of the machinery, not of a Tarantool verb: they count no calls.
-NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge", "compact"})
+NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge"})
 #: Operations whose tasks count as completed (``tasks.done``).
 COMPLETING = ("ack", "delete", "done", "ttl")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import signal
@@ -20,7 +21,7 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import FakeClock, InvalidOption, Queue, Tube, cli
-from sparkqueue.sweep import cold_runs, compact
+from sparkqueue.sweep import cold_groups, compact
 from tests.conftest import ids, versions
 
 REPO = Path(__file__).parent.parent
@@ -148,6 +149,11 @@ def test_compaction_rewrites_small_cold_files_only(
     assert files_of(spark, t, "status IN ('ready', 'taken')") == hot, "hot files untouched"
     assert_df_equality(everything, before)
     assert compact(t) == 0, "nothing left to compact"
+    log = Path(t._layout.tasks("t").removeprefix("file:"), "_delta_log")
+    newest = max(log.glob("*.json"))
+    actions = [json.loads(line) for line in newest.read_text().splitlines()]
+    files = [a.get("add") or a.get("remove") for a in actions if "add" in a or "remove" in a]
+    assert files and not any(a["dataChange"] for a in files), "a commit that changes no data"
     feed = (t.changes(starting_version=version + 1).writeStream.format("memory")
             .queryName("after_compaction").trigger(availableNow=True).start())
     feed.awaitTermination()
@@ -155,16 +161,21 @@ def test_compaction_rewrites_small_cold_files_only(
     assert t.statistics()["calls"]["bury"] == 8, "compaction counts as no call"
 
 
-def test_cold_runs_skip_hot_and_overlapping_files() -> None:
-    def f(lo: int, hi: int, top: str = "buried", n: int = 10) -> dict[str, Any]:
-        return {"lo": lo, "hi": hi, "top": top, "n": n, "soonest": None}
+def test_cold_groups_are_small_cold_files_behind_the_head() -> None:
+    def f(name: str, lo: int, hi: int, top: str = "buried", n: int = 10,
+          live: int | None = None, soonest: float | None = None) -> dict[str, Any]:
+        return {"file": name, "lo": lo, "hi": hi, "top": top, "n": n, "soonest": soonest,
+                "live": live}
 
-    files = [f(0, 9), f(10, 19), f(20, 29, "ready"), f(30, 39), f(40, 49), f(45, 60, "taken"),
-             f(70, 79), f(80, 89, n=100_000), f(90, 99), f(100, 109, "delayed")]
-    # 0-19 is a run; 30-39 and 40-49 overlap a hot file's range; 90-109 is a run
-    assert cold_runs(files, now=0.0) == [(0, 19), (90, 109)]
-    due_soon = [f(0, 9), {**f(10, 19, "delayed"), "soonest": 5.0}]
-    assert cold_runs(due_soon, now=10.0) == []
+    files = [f("a", 0, 9), f("b", 10, 19, "delayed", soonest=5000.0), f("c", 20, 29, n=4_000),
+             f("d", 30, 39, n=12_000), f("e", 40, 49, "done"), f("f", 50, 59, "taken", live=55),
+             f("g", 60, 69), f("h", 70, 79, "ready", live=70)]
+    # d is not small, f and h hold live tasks, g lies above the head (55)
+    assert cold_groups(files, now=0.0) == [["a", "b", "c", "e"]]
+    assert cold_groups(files, now=4990.0) == [["a", "c", "e"]], "b's delay ends within a minute"
+    assert cold_groups([f("a", 0, 9), f("b", 10, 19)], now=0.0) == [["a", "b"]], "no head"
+    many = [f(str(i), 10 * i, 10 * i + 9, n=4_000) for i in range(6)]
+    assert cold_groups(many, now=0.0) == [["0", "1", "2", "3", "4"]], "at most 20,000 rows"
 
 
 def _write_conf(path: Path, **sweeper: float) -> Path:
