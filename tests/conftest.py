@@ -34,9 +34,10 @@ def spark() -> Iterator[SparkSession]:
         master="local[2]",
         conf={
             "spark.ui.enabled": "false",
-            "spark.sql.shuffle.partitions": "2",
-            "spark.default.parallelism": "2",
-            "spark.databricks.delta.snapshotPartitions": "2",
+            # the tests' tables hold a few rows: one partition, one file, fewer tasks
+            "spark.sql.shuffle.partitions": "1",
+            "spark.default.parallelism": "1",
+            "spark.databricks.delta.snapshotPartitions": "1",
             # C1-only JIT (-XX:TieredStopAtLevel=1) starts faster but made each op
             # ~35% slower here; a suite of many small MERGEs wants C2.
             "spark.sql.adaptive.enabled": "false",
