@@ -298,14 +298,13 @@ class Layout:
         )
 
     def write_marker(self, tube: str, inbox_version: int, *, app_id: str,
-                     rows: DataFrame | None = None) -> None:
+                     rows: DataFrame) -> None:
         """Append ``rows`` (ingested tasks) and the cursor marker, at most once per ``app_id``."""
-        spark = rows.sparkSession if rows is not None else self.spark
-        marker = spark.createDataFrame(
+        marker = rows.sparkSession.createDataFrame(
             [(-1 - inbox_version, MARKER, inbox_version)],
             "task_id long, status string, inbox_version long",
         )
-        frame = marker if rows is None else rows.unionByName(marker, allowMissingColumns=True)
+        frame = rows.unionByName(marker, allowMissingColumns=True)
         (frame.write.format("delta").mode("append")
          .option("txnAppId", app_id).option("txnVersion", 0)
          .option("mergeSchema", "true")
