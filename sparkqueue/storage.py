@@ -51,6 +51,8 @@ __all__ = [
     "PUBLIC_COLUMNS",
     "sql_num",
     "effective_status",
+    "ready_when",
+    "head_bound",
     "CommitTag",
     "retrying",
 ]
@@ -138,6 +140,45 @@ def effective_status(now: float, prefix: str = "") -> str:
         f"WHEN {p}status = 'taken' AND {p}lease_end <= {n} THEN 'ready' "
         f"ELSE {p}status END"
     )
+
+
+def ready_when(now: float) -> str:
+    """SQL: the row's state at ``now`` is ``ready`` (as :func:`effective_status` says).
+
+    Spelled out over stored columns, so that Delta's data skipping drops the
+    files where no row can be ready: all taken with live leases, all
+    delayed into the future, all buried, all past their ttl.
+    """
+    n = sql_num(now)
+    return (f"ttl_end > {n} AND (status = 'ready' "
+            f"OR (status = 'delayed' AND delay_end <= {n}) "
+            f"OR (status = 'taken' AND lease_end <= {n}))")
+
+
+def head_bound(files: list[Any], now: float, n: int) -> str | None:
+    """SQL bounding ``(pri, order_key)`` to where the ``n`` lowest ready tasks must be.
+
+    ``files`` are the tasks table's file statistics (:meth:`Layout.file_stats`).
+    A file whose rows are all stored ``ready`` with no ttl passed holds
+    ``numRecords`` ready tasks, none above its ``(max pri, max order_key)``.
+    Walking such files by that upper bound until they hold ``n`` tasks gives
+    a key with at least ``n`` ready tasks at or below it: the ``n`` lowest are
+    there too, and data skipping reads only the files that reach below it.
+    None when the statistics show no such key (few files, or none all ready).
+    """
+    certain = sorted(
+        (f["max_pri"], f["max_order_key"], f["rows"]) for f in files
+        if f["rows"] and f["min_status"] == "ready" and f["max_status"] == "ready"
+        and f["status_nulls"] == 0 and f["max_pri"] is not None
+        and f["max_order_key"] is not None and f["min_ttl_end"] is not None
+        and f["min_ttl_end"] > now
+    )
+    held = 0
+    for pri, order_key, rows in certain:
+        held += rows
+        if held >= n:
+            return f"(pri < {int(pri)} OR (pri = {int(pri)} AND order_key <= {int(order_key)}))"
+    return None
 
 
 def next_event(status: str, delay_end: str, lease_end: str, ttl_end: str) -> str:
@@ -319,6 +360,30 @@ class Layout:
         if version is not None:
             reader = reader.option("versionAsOf", version)
         return reader.load(path)
+
+    def file_stats(self, path: str) -> tuple[int, list[Any]]:
+        """The newest snapshot's version and, per data file, what :func:`head_bound` reads.
+
+        The statistics Delta keeps per file (row count, min/max per column),
+        from the snapshot's cached state through Delta's ``DeltaLog`` (as
+        data skipping reads them): one small Spark job, no data file opened.
+        """
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+            self.spark._jsparkSession, path)
+        empty = jvm.scala.Option.empty()
+        snapshot = log.update(False, empty, empty)
+        files = DataFrame(snapshot.withStats(), self.spark).select(
+            F.col("stats.numRecords").alias("rows"),
+            F.col("stats.minValues.status").alias("min_status"),
+            F.col("stats.maxValues.status").alias("max_status"),
+            F.col("stats.nullCount.status").alias("status_nulls"),
+            F.col("stats.maxValues.pri").alias("max_pri"),
+            F.col("stats.maxValues.order_key").alias("max_order_key"),
+            F.col("stats.minValues.ttl_end").alias("min_ttl_end"),
+        ).collect()
+        return int(snapshot.version()), files
 
     def exists(self, path: str) -> bool:
         return bool(DeltaTable.isDeltaTable(self.spark, path))

@@ -233,6 +233,20 @@ class Tube:
                 tasks = tasks.unionByName(rows, allowMissingColumns=True)
         return tasks.withColumn("eff", F.expr(effective_status(now)))
 
+    def _candidates(self, now: float, n: int) -> DataFrame:
+        """What a take's ``choose`` looks at: every task, or for ``head_only``
+        drivers the ready ones in the files that can hold the ``n`` lowest."""
+        if not self.driver.head_only:
+            return self._live(now, pending=False)
+        layout = self._layout
+        path = layout.tasks(self.name)
+        version, files = layout.file_stats(path)
+        ready = layout.read(path, version=version).where(st.ready_when(now))
+        bound = st.head_bound(files, now, n)
+        if bound is not None:
+            ready = ready.where(bound)
+        return ready.where("task_id >= 0").withColumn("eff", F.lit("ready"))
+
     # -- the MERGE every state change goes through ------------------------------------
 
     def _mutate(self, op: _Op, tasks: Any, extra: dict[str, Column] | None = None,
@@ -675,7 +689,7 @@ class Tube:
         while True:
             result = self._mutate(
                 take, None, owner=who,
-                chooser=lambda now: self.driver.choose(self._live(now, pending=False), n, win),
+                chooser=lambda now: self.driver.choose(self._candidates(now, n), n, win),
                 deadline=self._deadline(wait if wait != float("inf") else 0.0),
                 collect_upto=n if n <= COLLECT_UPTO else 0,
             )
@@ -819,8 +833,9 @@ class Tube:
                  {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
                   "lease_end": "0.0D"}, missing=None)
         result = self._mutate(op, None, event="release",
-                              chooser=lambda now: self._live(now, pending=False).where(
-                                  "eff = 'taken'"))
+                              chooser=lambda now: self._live(now, pending=False)
+                              .where("status = 'taken'")  # prunes files by their statistics
+                              .where("eff = 'taken'"))
         return 0 if result is None else result.count()
 
     # -- the sweeper's part ------------------------------------------------------------

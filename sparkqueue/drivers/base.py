@@ -42,6 +42,17 @@ class Driver(ABC):
     #: re-checks, in each take's own commit, that no chosen sub-queue has a
     #: live lease: ``choose`` may work from an older snapshot.
     uses_utube: ClassVar[bool] = False
+    #: ``choose`` takes the ``n`` lowest ``(pri, order_key, task_id)`` ready rows
+    #: and looks at nothing else. The core may then pass only ready rows near
+    #: the head (the files Delta's statistics say can hold the lowest ones), so
+    #: a take reads about as much of a 10,000,000-task tube as of a small one.
+    head_only: ClassVar[bool] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        # a subclass with its own choose promises head_only only if it says so
+        super().__init_subclass__(**kwargs)
+        if "choose" in cls.__dict__ and "head_only" not in cls.__dict__:
+            cls.head_only = False
 
     def __init__(self, options: dict[str, Any]) -> None:
         self.options = dict(options)

@@ -15,6 +15,7 @@ class FifoDriver(Driver):
     """Strict first-in first-out: the lowest task ids first (urgent tasks ahead)."""
 
     name: ClassVar[str] = "fifo"
+    head_only: ClassVar[bool] = True
 
     def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
         return (live.where("eff = 'ready'")

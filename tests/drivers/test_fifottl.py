@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from sparkqueue import FakeClock, InvalidOption, InvalidState, NotSupported, Queue, TaskNotFound
+from sparkqueue.storage import head_bound
 from tests.conftest import contract_tube, ids
 
 
@@ -163,3 +164,25 @@ def test_fifo_has_no_time_options(sq: Queue) -> None:
         fifo.touch(task, 5)
     with pytest.raises(NotSupported):
         fifo.release(task, delay=5)
+
+
+def test_a_take_reads_only_the_head_and_misses_no_lower_task(sq: Queue, clock: FakeClock) -> None:
+    """fifo takes read only the files whose statistics reach below the n lowest
+    ready tasks; a released task, a passed delay and an urgent put still come first."""
+    t = sq.create_tube("head", "fifottl")
+    a = ids(t.put([{"n": i} for i in range(4)]))
+    late = t.put({"n": 4}, delay=5).task_id
+    assert ids(t.take(2)) == a[:2]  # ingests a and late into files that are not all ready
+    b = ids(t.put([{"n": i} for i in range(4)]))
+    t._ingest()  # b: a file of ready tasks only
+    c = ids(t.put([{"n": i} for i in range(4)]))
+    t._ingest()  # c: another, above b
+    t.release(a[0])
+    clock.advance(5)
+    urgent = t.urgent({"n": -1}).task_id
+    t._ingest()
+    path = t._layout.tasks("head")
+    assert head_bound(t._layout.file_stats(path)[1], clock(), 3) is not None  # bounded: c unread
+    assert ids(t.take(3)) == sorted([urgent, a[0], a[2]])
+    assert ids(t.take(3)) == sorted([a[3], late, b[0]])
+    assert ids(t.take(5)) == b[1:] + c[:2]
