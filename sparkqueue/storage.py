@@ -88,11 +88,16 @@ TASK_COLUMNS: list[tuple[str, T.DataType]] = [
     ("changed_by", T.StringType()),
 ]
 
-#: Columns of the inbox table: what put() knows (task_id comes from the row id).
-INBOX_COLUMNS = [
-    c for c in TASK_COLUMNS if c[0] not in ("task_id", "order_key", "owner", "lease_token",
-                                           "taken_count", "buried_count", "inbox_version",
-                                           "changed_by")
+#: Columns of the inbox table besides ``data``: the put's token and the options a
+#: put gave as Columns, one value per row (NULL: the put's tag has the value).
+#: task_id comes from the row id, everything else from the put's commit tag.
+INBOX_COLUMNS: list[tuple[str, T.DataType]] = [
+    ("put_token", T.StringType()),
+    ("pri", T.LongType()),
+    ("utube", T.StringType()),
+    ("ttl", T.DoubleType()),
+    ("ttr", T.DoubleType()),
+    ("delay", T.DoubleType()),
 ]
 
 #: Columns of the task DataFrames the API returns.
@@ -196,10 +201,10 @@ class CommitTag:
 
     op: str
     token: str
-    extra: tuple[tuple[str, int], ...] = ()
+    extra: tuple[tuple[str, Any], ...] = ()
 
     @classmethod
-    def new(cls, op: str, **extra: int) -> CommitTag:
+    def new(cls, op: str, **extra: Any) -> CommitTag:
         return cls(op, uuid.uuid4().hex, tuple(sorted(extra.items())))
 
     def json(self) -> str:

@@ -175,28 +175,27 @@ class Tube:
     # -- inbox → tasks ----------------------------------------------------------------
 
     def _pending(self, spark: SparkSession, cursor: int, upto: int) -> DataFrame | None:
-        """Inbox rows committed after ``cursor`` up to ``upto``, as task rows."""
+        """Inbox rows committed after ``cursor`` up to ``upto``, as task rows.
+
+        A task's id is its inbox row id; its other columns come from the row
+        (options given as Columns) and from its put's commit tag (the rest).
+        """
         if upto <= cursor:
             return None
         inbox = self._layout.inbox(self.name)
-        tokens = [h["tag"]["tok"] for h in self._layout.history(inbox, cursor)
-                  if h["tag"]["sq"] == "put" and h["version"] <= upto]
-        if not tokens:
+        puts = [(h["version"], h["tag"]["put"]) for h in self._layout.history(inbox, cursor)
+                if h["tag"]["sq"] == "put" and h["version"] <= upto]
+        if not puts:
             return None
+        tags = spark.createDataFrame(
+            [(v, float(t["now"]), int(t["pri"]), t.get("utube"), t.get("ttl"), t.get("ttr"),
+              t.get("delay")) for v, t in puts], PUT_TAG_SCHEMA)
         rows = (self._layout.read(inbox, spark, version=upto)
-                .where(F.col("put_token").isin(tokens))
-                .where(F.col("_metadata.row_commit_version") > cursor))
-        return rows.select(
-            F.col("_metadata.row_id").alias("task_id"),
-            F.col("_metadata.row_id").alias("order_key"),
-            F.lit(None).cast("string").alias("owner"),
-            F.lit(None).cast("string").alias("lease_token"),
-            F.lit(0).cast("long").alias("taken_count"),
-            F.lit(0).cast("long").alias("buried_count"),
-            F.col("_metadata.row_commit_version").alias("inbox_version"),
-            F.lit("put").alias("changed_by"),
-            *[c for c in rows.columns if c not in ("task_id",)],
-        )
+                .where(F.col("_metadata.row_commit_version") > cursor)
+                .select("*", F.col("_metadata.row_id").alias("task_id"),
+                        F.col("_metadata.row_commit_version").alias("inbox_version")))
+        return _task_columns(rows.alias("r").join(
+            F.broadcast(tags).alias("c"), F.col("r.inbox_version") == F.col("c.version")))
 
     def _ingest(self) -> None:
         """Move tasks put since the last ingest into the tasks table, exactly once."""
@@ -561,41 +560,30 @@ class Tube:
         pri, times, utube = opts.pri, opts.times, opts.utube
         if self.driver.uses_capacity:
             self._wait_for_room(frame, opts.timeout)
-        now = self._now()
-        tag = CommitTag.new("put")
-
-        def value(key: str, fallback: Any) -> Column:
+        # Options that are one value for the whole put travel in the commit's tag,
+        # not in a million identical cells: the rows carry the payload, the token
+        # (the sweeper's purge deletes by it) and only the options given as Columns.
+        # Ingest derives every task column from both (``_task_columns``).
+        put: dict[str, Any] = {"now": self._now()}
+        cols: list[Column] = []
+        for key in ("ttl", "ttr", "delay"):
             v = times.get(key, self._default(key))
-            v = fallback if v is None else v
-            col = v if isinstance(v, Column) else F.lit(float(v))
-            return checked(col.cast("double"), key)
-
-        ttl = value("ttl", st.INF)
-        ttr = F.coalesce(value("ttr", None), ttl) if "ttr" in times or self._default("ttr") \
-            is not None else ttl
-        delay = value("delay", 0.0)
-        if urgent:
-            pri_col = F.lit(URGENT_PRI)
-        else:
-            p = pri if pri is not None else (self._default("pri") or 0)
-            pri_col = p if isinstance(p, Column) else F.lit(int(p))
-        utube_col = utube if isinstance(utube, Column) else F.lit(utube)
-        n = F.lit(now)
-        rows = frame.select(
-            F.when(delay > 0, "delayed").otherwise("ready").alias("status"),
-            pri_col.cast("long").alias("pri"),
-            utube_col.cast("string").alias("utube"),
-            n.alias("created"),
-            ttl.alias("ttl"),
-            ttr.alias("ttr"),
-            F.when(delay > 0, n + delay).otherwise(F.lit(0.0)).alias("delay_end"),
-            (n + delay + ttl).alias("ttl_end"),
-            F.lit(0.0).alias("lease_end"),
-            F.when(delay > 0, F.least(n + delay, n + delay + ttl))
-            .otherwise(n + delay + ttl).alias("next_event"),
-            F.lit(tag.token).alias("put_token"),
-            F.col(PAYLOAD).alias("data"),
-        )
+            if isinstance(v, Column):
+                cols.append(checked(v.cast("double"), key).alias(key))
+            elif v is not None:
+                put[key] = float(v)
+        put["pri"] = URGENT_PRI if urgent else int(self._default("pri") or 0)
+        if isinstance(pri, Column):  # NULLs in it take the tube's default
+            cols.append(pri.cast("long").alias("pri"))
+        elif pri is not None:
+            put["pri"] = int(pri)
+        if isinstance(utube, Column):
+            cols.append(utube.cast("string").alias("utube"))
+        elif utube is not None:
+            put["utube"] = utube
+        tag = CommitTag.new("put", put=put)
+        rows = frame.select(F.lit(tag.token).alias("put_token"), F.col(PAYLOAD).alias("data"),
+                            *cols)
         before = layout.latest_version(inbox)
         try:
             writer = rows.write.format("delta").mode("append").option("userMetadata", tag.json())
@@ -615,12 +603,9 @@ class Tube:
         if not found:  # an idempotent append Delta skipped: written before
             return None
         version = found[0]
-        created = (layout.read(inbox, version=version).where(F.col("put_token") == tag.token)
-                   .select(F.col("_metadata.row_id").alias("task_id"), "*")
-                   .withColumn("owner", F.lit(None).cast("string"))
-                   .withColumn("taken_count", F.lit(0).cast("long"))
-                   .withColumn("buried_count", F.lit(0).cast("long"))
-                   .select(*st.PUBLIC_COLUMNS))
+        pending = self._pending(self._spark, version - 1, version)
+        assert pending is not None
+        created = pending.select(*st.PUBLIC_COLUMNS)
         if single:
             row = created.first()
             assert row is not None
@@ -1041,6 +1026,48 @@ class Tube:
 
 
 # -- helpers ---------------------------------------------------------------------------------
+
+#: A put's options that were one value for all its tasks, by inbox version (from the tags).
+PUT_TAG_SCHEMA = ("version long, now double, pri long, utube string, ttl double, ttr double, "
+                  "delay double")
+
+
+def _task_columns(joined: DataFrame) -> DataFrame:
+    """Task rows from inbox rows ``r`` joined with their put's tag values ``c``.
+
+    Tarantool's timing rules for a new task: ttl counts from the put and
+    includes the delay; ttr defaults to ttl; a delayed task waits until
+    ``now + delay``. A row's own value (an option given as a Column) wins over
+    the put's; the tube defaults were resolved into the tag at put time.
+    """
+    now = F.col("c.now")
+    ttl = F.coalesce("r.ttl", "c.ttl", F.lit(st.INF))
+    ttr = F.coalesce("r.ttr", "c.ttr", ttl)
+    delay = F.coalesce("r.delay", "c.delay", F.lit(0.0))
+    ttl_end = now + delay + ttl
+    return joined.select(
+        F.col("r.task_id").alias("task_id"),
+        F.when(delay > 0, "delayed").otherwise("ready").alias("status"),
+        F.coalesce("r.pri", "c.pri").alias("pri"),
+        F.col("r.task_id").alias("order_key"),
+        F.coalesce("r.utube", "c.utube").alias("utube"),
+        now.alias("created"),
+        ttl.alias("ttl"),
+        ttr.alias("ttr"),
+        F.when(delay > 0, now + delay).otherwise(F.lit(0.0)).alias("delay_end"),
+        ttl_end.alias("ttl_end"),
+        F.lit(0.0).alias("lease_end"),
+        F.when(delay > 0, F.least(now + delay, ttl_end)).otherwise(ttl_end).alias("next_event"),
+        F.lit(None).cast("string").alias("owner"),
+        F.lit(None).cast("string").alias("lease_token"),
+        F.lit(0).cast("long").alias("taken_count"),
+        F.lit(0).cast("long").alias("buried_count"),
+        F.col("r.inbox_version").alias("inbox_version"),
+        F.col("r.put_token").alias("put_token"),
+        F.lit("put").alias("changed_by"),
+        F.col("r.data").alias("data"),
+    )
+
 
 def checked(col: Column, what: str) -> Column:
     """A per-row time that fails the write (nothing committed) when negative or NaN."""
