@@ -7,7 +7,9 @@ Prints, in one run:
 - take(n) for n = 1, 1,000, 100,000 on an N-task tube, against a hand-written
   MERGE that flips the n lowest-id ready rows of a plain Delta table holding
   the same rows (each a median of --repeat runs, after a warm-up run);
-- a drain of N tasks, take + ack in batches of 100,000, in tasks per second.
+- a drain of N tasks, take + ack in batches of 100,000, in tasks per second,
+  and the same drain by a ``Consumer`` (each batch's acks committed together
+  with the next take: one MERGE per batch).
 
 With --scale it adds take(1,000) on a 10,000-task tube against the same on a
 --big-task tube (10,000,000 by default; both written straight into the tasks
@@ -21,7 +23,7 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
 - 30,000 sub-queues of one task each: put all, then take + ack all;
 - busy sub-queues: 10 sub-queues of 1,000, 10,000 and 150,000 tasks, drained
   in order with window 10,000 (against a fifottl drain of the same rows in
-  the same batches), and with window 1: the cost of one take while nine of
+  the same batches, and by a Consumer), and with window 1: the cost of one take while nine of
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
@@ -109,6 +111,13 @@ def drain_all(tube: sparkqueue.Tube, n: int, window: int | None = None) -> int:
         done += got
 
 
+def consume_all(tube: sparkqueue.Tube, n: int) -> int:
+    """What a worker runs: a Consumer (batches of n, each batch's acks committed with
+    the next take) until a take comes back empty; the number of tasks done."""
+    return sparkqueue.Consumer(tube, lambda batch: None, batch_size=n, take_timeout=0,
+                               idle_timeout=0).run().done
+
+
 def sub_queue_rows(spark: SparkSession, queues: int, each: int) -> DataFrame:
     """``queues`` sub-queues (column ``q``) of ``each`` tasks."""
     return spark.range(queues * each).select(
@@ -167,6 +176,12 @@ def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
         f.take(1)
         f.release_all()
         figures[f"fifo_{each}_drain_s"] = timed(lambda f=f: drain_all(f, 100_000))
+        c = sq.create_tube(f"c10k_{each}", "utube", window=10_000)
+        c.put(rows, utube=F.col("q"))
+        c.take(1)
+        c.release_all()
+        figures[f"utube_busy_{each}_consumer_w10000_s"] = timed(
+            lambda c=c: consume_all(c, 100_000))
         figures[f"utube_busy_{each}_drain_ratio"] = (
             figures[f"utube_busy_{each}_drain_w10000_s"] / figures[f"fifo_{each}_drain_s"])
         figures[f"utube_busy_{each}_drain_tasks_per_s"] = (
@@ -323,6 +338,16 @@ def main(argv: list[str] | None = None) -> int:
         figures["drain_tasks"] = drain_all(drain, args.drain_batch)
         figures["drain_s"] = time.perf_counter() - start
         figures["drain_tasks_per_s"] = figures["drain_tasks"] / figures["drain_s"]
+        say("the same drain by a Consumer (acks ride with the next take)")
+        worker = sq.create_tube("consumer", "fifottl")
+        worker.put(rows)
+        worker.take(1)
+        worker.release_all()
+        start = time.perf_counter()
+        figures["consumer_drain_tasks"] = consume_all(worker, args.drain_batch)
+        figures["consumer_drain_s"] = time.perf_counter() - start
+        figures["consumer_drain_tasks_per_s"] = (
+            figures["consumer_drain_tasks"] / figures["consumer_drain_s"])
 
     if "utube" in sections:
         bench_utube(spark, sq, root, figures,

@@ -59,6 +59,13 @@ COLLECT_UPTO = 10_000
 #: stored ``taken`` row chosen while ready had its lease end (ttr), a stored
 #: ``delayed`` one its delay end; the sweep marks ttl-expired rows ``expired``.
 EXPIRY_COUNTS = {"ttr": "taken", "delay": "delayed", "ttl": "expired"}
+#: How a commit's rows count, for commits that are not one update/delete verb:
+#: a put counts the rows it wrote; a take that also acked a consumer's previous
+#: batch counts its updates as takes and its deletes as acks.
+CALL_METRICS = {
+    "put": {"put": ("numOutputRows",)},
+    "take+ack": {"take": ("numTargetRowsUpdated",), "ack": ("numTargetRowsDeleted",)},
+}
 #: Commits of the machinery, not of a Tarantool verb: they count no calls.
 NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge"})
 #: Operations whose tasks count as completed (``tasks.done``).
@@ -232,11 +239,19 @@ class Tube:
                 tasks = tasks.unionByName(rows, allowMissingColumns=True)
         return tasks.withColumn("eff", F.expr(effective_status(now)))
 
-    def _candidates(self, now: float, n: int) -> DataFrame:
+    def _candidates(self, now: float, n: int, acking: list[int] | None = None) -> DataFrame:
         """What a take's ``choose`` looks at: every task, or for ``head_only``
-        drivers the ready ones in the files that can hold the ``n`` lowest."""
+        drivers the ready ones in the files that can hold the ``n`` lowest.
+
+        ``acking``: tasks the take's own commit acks; they are left out, so
+        their sub-queues count as free (the ack and the take are one commit).
+        """
         if not self.driver.head_only:
-            return self._live(now, pending=False)
+            live = self._live(now, pending=False)
+            if not acking:
+                return live
+            gone = self._spark.createDataFrame([(i,) for i in acking], "task_id long")
+            return live.join(F.broadcast(gone), "task_id", "left_anti")
         layout = self._layout
         path = layout.tasks(self.name)
         version, files = layout.file_stats(path)
@@ -265,8 +280,14 @@ class Tube:
                event: str | None = None, tag_extra: dict[str, int] | None = None,
                owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
                deadline: float | None = None, collect_upto: int = 0,
+               acking: list[int] | None = None,
                ) -> tuple[DataFrame, dict[str, int]] | None:
-        """:meth:`_mutate`, also returning the expiries the commit wrote down (ttl, ttr, delay)."""
+        """:meth:`_mutate`, also returning the expiries the commit wrote down (ttl, ttr, delay).
+
+        ``acking``: ids (sorted, distinct) acked in the same commit, all or
+        nothing, as :meth:`ack` would (a consumer's previous batch): one MERGE
+        instead of two. The result then holds the ``op`` rows only.
+        """
         who = self._owner(owner)
         # bad ids fail here, before any Spark job or ingest commit
         ids = None if chooser is not None else validate.task_ids(tasks)
@@ -277,16 +298,28 @@ class Tube:
             if op.pending:
                 self._ingest()
             now = self._now()
-            tag = CommitTag.new(op.name, **(tag_extra or {}))
+            name = f"{op.name}+ack" if acking else op.name
+            tag = CommitTag.new(name, **(tag_extra or {}))
             before = layout.latest_version(path)
             with layout.tagged(tag) as sess:
                 keep = ["utube"] if op.exclusive else []
                 picked = self._pick(sess, now, ids, chooser, collect_upto, keep)
-                if picked is None:
+                if picked is None and not acking:
                     return None
-                base, lo, hi, counts = picked
+                if picked is None:
+                    assert acking
+                    base = sess.createDataFrame([], ", ".join(
+                        ["task_id long"] + [f"{k} string" for k in keep]))
+                    lo, hi, counts = acking[0], acking[-1], dict[str, int]()
+                else:
+                    base, lo, hi, counts = picked
+                acks = sess.createDataFrame([(i,) for i in acking or []], "task_id long")
                 if op.exclusive:
-                    base = self._with_busy(sess, base, now)
+                    base = self._with_busy(sess, base, now, acks if acking else None)
+                if acking:
+                    base = base.withColumn("arg_ack", F.lit(False)).unionByName(
+                        acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
+                    lo, hi = min(lo, acking[0]), max(hi, acking[-1])
                 if counts:
                     sess.conf.set(st.USER_METADATA, CommitTag(
                         tag.op, tag.token, tuple(sorted({**dict(tag.extra), **counts}.items()))
@@ -306,10 +339,15 @@ class Tube:
                 )
                 if op.guard:
                     guard = op.guard.format(**ctx)
+                    if acking:
+                        guard = (f"CASE WHEN s.arg_ack THEN ({self._OWNED.format(**ctx)}) "
+                                 f"ELSE ({guard}) END")
                     builder = builder.whenMatchedUpdate(
                         condition=f"({guard}) IS NOT NULL",
                         set={"task_id": st.raise_guard(guard)},
                     )
+                if acking:
+                    builder = builder.whenMatchedDelete(condition="s.arg_ack")
                 if op.delete_when:
                     builder = builder.whenMatchedDelete(condition=op.delete_when.format(**ctx))
                 cond = f"NOT ({op.skip.format(**ctx)})" if op.skip else None
@@ -326,15 +364,26 @@ class Tube:
                 if op.missing:
                     builder = builder.whenNotMatchedInsert(values={
                         "task_id": st.raise_missing(op.missing)})
+                elif acking:
+                    builder = builder.whenNotMatchedInsert(condition="s.arg_ack", values={
+                        "task_id": st.raise_missing()})
                 try:
                     builder.execute()
                 except Exception as e:
                     failed = st.guard_failure(e)
                     if failed is None:
                         raise
-                    raise self._diagnose(op, base, failed, who, now) from e
+                    # only the acks' guard fails with an error kind (the op's says Stale)
+                    raise (self._diagnose(self._ACK, acks, failed, who, now) if acking
+                           else self._diagnose(op, base, failed, who, now)) from e
                 version = layout.commit_version(path, tag.token, before)
-            return layout.changes_at(self.name, version).select(*st.PUBLIC_COLUMNS), counts
+            changes = layout.changes_at(self.name, version).select(*st.PUBLIC_COLUMNS)
+            if acking:
+                self._emit(changes.where("status = 'done'"), "ack")
+                if picked is None:
+                    return None
+                changes = changes.where("status <> 'done'")
+            return changes, counts
 
         result = self._guarded(lambda: st.retrying(
             attempt, deadline=deadline or self._deadline(), what=f"{op.name} on {self.name!r}"))
@@ -342,7 +391,8 @@ class Tube:
             self._emit(result[0], event or op.name)
         return result
 
-    def _with_busy(self, sess: SparkSession, base: DataFrame, now: float) -> DataFrame:
+    def _with_busy(self, sess: SparkSession, base: DataFrame, now: float,
+                   acks: DataFrame | None = None) -> DataFrame:
         """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.
 
         The read of the tasks table below is not run here: it runs inside the
@@ -354,8 +404,10 @@ class Tube:
         """
         leased = (self._layout.read(self._layout.tasks(self.name), sess)
                   .where("status = 'taken'")  # prunes files by their statistics
-                  .where(f"{effective_status(now)} = 'taken'")
-                  .select(F.col("utube").alias("busy_utube")).distinct())
+                  .where(f"{effective_status(now)} = 'taken'"))
+        if acks is not None:  # acked in this same commit: their leases end with it
+            leased = leased.join(F.broadcast(acks), "task_id", "left_anti")
+        leased = leased.select(F.col("utube").alias("busy_utube")).distinct()
         flagged = base.join(F.broadcast(leased), base["utube"].eqNullSafe(leased["busy_utube"]),
                             "left")
         return flagged.select("task_id", F.col("busy_utube").isNotNull().alias("arg_busy"))
@@ -651,8 +703,12 @@ class Tube:
             if not self.driver.uses_utube:
                 raise InvalidOption(f"{self.type} tube {self.name!r} has no sub-queue window")
             window = validate.integer("window", window, minimum=1)
-        win = window or int(self._default("window") or 1)
-        who = self._owner(owner)
+        return self._take(n, wait, self._owner(owner), window or int(self._default("window") or 1))
+
+    def _take(self, n: int, wait: float, who: str, win: int,
+              acking: list[int] | None = None) -> DataFrame:
+        """:meth:`take`, validated; ``acking``: ids acked in the take's first commit
+        (a consumer's previous batch, see ``_apply``), so a loop pays one MERGE per batch."""
         until = time.monotonic() + wait
         exclusive = self.driver.uses_utube
         take = _Op(
@@ -672,14 +728,17 @@ class Tube:
             exclusive=exclusive,
         )
         while True:
-            result = self._mutate(
-                take, None, owner=who,
-                chooser=lambda now: self.driver.choose(self._candidates(now, n), n, win),
+            def chooser(now: float, gone: list[int] | None = acking) -> DataFrame:
+                return self.driver.choose(self._candidates(now, n, gone), n, win)
+
+            done = self._apply(
+                take, None, owner=who, chooser=chooser,
                 deadline=self._deadline(wait if wait != float("inf") else 0.0),
-                collect_upto=n if n <= COLLECT_UPTO else 0,
+                collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
             )
-            if result is not None:
-                return result
+            if done is not None:
+                return done[0]
+            acking = None  # committed (alone, as nothing was ready)
             remaining = until - time.monotonic()
             if remaining <= 0:
                 return self._empty()
@@ -691,14 +750,15 @@ class Tube:
               "WHEN {eff} <> 'taken' THEN 'InvalidState' "
               "WHEN t.owner <> s.arg_owner THEN 'NotOwner' END")
 
+    _ACK = _Op("ack", _OWNED, None)
+
     def ack(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Complete taken tasks (only their owner may); they leave the tube.
 
         Returns the tasks with status ``done``. All or nothing: one task not
         taken by ``owner`` fails the whole batch and changes nothing.
         """
-        op = _Op("ack", self._OWNED, None)
-        return self._mutate(op, tasks, owner=owner) or self._empty()
+        return self._mutate(self._ACK, tasks, owner=owner) or self._empty()
 
     def release(self, tasks: Tasks, *, owner: str | None = None, delay: float | None = None,
                 ttl: float | None = None) -> DataFrame:
@@ -958,11 +1018,10 @@ class Tube:
                     counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
                 if op in NOT_CALLS:
                     continue
-                keys = ("numOutputRows",) if op == "put" else (
-                    "numTargetRowsUpdated", "numTargetRowsDeleted")
-                name = CALL_NAME.get(op, op)
-                counts[name] = counts.get(name, 0) + sum(
-                    int(h["metrics"].get(k, 0)) for k in keys)
+                for name, keys in CALL_METRICS.get(op, {CALL_NAME.get(op, op): (
+                        "numTargetRowsUpdated", "numTargetRowsDeleted")}).items():
+                    counts[name] = counts.get(name, 0) + sum(
+                        int(h["metrics"].get(k, 0)) for k in keys)
             self._stats_cache[path] = (seen, counts)
             for k, v in counts.items():
                 total[k] = total.get(k, 0) + v

@@ -76,7 +76,9 @@ class Consumer:
         Stop after this many seconds without a task (0: at the first empty
         take; None: never).
     report
-        Called with the :class:`Progress` after every batch.
+        Called with the :class:`Progress` after every batch and when the loop
+        ends. A batch's acks are committed together with the next take (one
+        Delta MERGE per batch, not two), so ``done`` counts them from then.
 
     The loop also stops after the current batch on :meth:`stop`, SIGTERM or
     SIGINT (when run in the main thread; the previous handlers come back).
@@ -109,6 +111,7 @@ class Consumer:
         self.report = report
         self.progress = Progress()
         self._stop = threading.Event()
+        self._acks: list[int] = []  # succeeded, not yet acked
 
     def stop(self) -> None:
         """Stop after the current batch (thread-safe; also what SIGTERM/SIGINT do)."""
@@ -118,12 +121,12 @@ class Consumer:
         """Consume until stopped or idle; the progress."""
         self._stop.clear()
         self.progress = Progress()
+        self._acks = []
         previous = self._trap_signals()
         try:
             idle_since = time.monotonic()
             while not self._stop.is_set():
-                batch = self.tube.take(self.batch_size, timeout=self.take_timeout,
-                                       owner=self.owner)
+                batch = self._take()
                 rows = batch.select("task_id", "taken_count").collect()
                 if not rows:
                     if (self.idle_timeout is not None
@@ -137,7 +140,30 @@ class Consumer:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            # the last batch's acks, which no next take carried
+            self.progress.done += self._apply(self.tube.ack, self._acks)
+            self._acks = []
+            if self.report is not None:
+                self.report(self.progress)
         return self.progress
+
+    def _take(self) -> DataFrame:
+        """The next batch; the previous batch's acks ride in the same commit (one MERGE
+        per batch instead of two). When that commit is refused (a lease lost while the
+        handler ran), the acks are tried alone, as without the pairing, then the take."""
+        tube, acks = self.tube, self._acks
+        self._acks = []
+        who = tube._owner(self.owner)
+        window = int(tube._default("window") or 1)
+        if acks:
+            try:
+                batch = tube._take(self.batch_size, self.take_timeout, who, window, acking=acks)
+            except QueueError:
+                self.progress.done += self._apply(tube.ack, acks)
+            else:
+                self.progress.done += len(acks)
+                return batch
+        return tube._take(self.batch_size, self.take_timeout, who, window)
 
     def _settle(self, batch: DataFrame, taken: dict[int, int]) -> None:
         """Run the handler on ``batch``; ack, release or bury each task by its outcome."""
@@ -153,7 +179,7 @@ class Consumer:
         for i in sorted(failed - set(bury)):
             retry.setdefault(taken[i], []).append(i)
         self.progress.batches += 1
-        self.progress.done += self._apply(self.tube.ack, ok)
+        self._acks = ok  # acked by the next take's commit (or when the loop ends)
         self.progress.buried += self._apply(self.tube.bury, bury)
         for attempts, ids in retry.items():
             delay = (min(self.max_retry_delay, self.retry_delay * 2 ** (attempts - 1))

@@ -201,3 +201,14 @@ def test_a_choice_made_before_another_lease_is_chosen_again(
     assert t.take(timeout=0).count() == 0  # retried: chose again, x is busy
     assert _StaleOnce.stale is None
     assert ids(t.tasks_by_state("taken")) == [first]
+
+
+def test_a_take_that_acks_a_head_takes_the_next_of_its_sub_queue(sq: Queue) -> None:
+    """A Consumer's take that acks the previous batch in its own commit: the acked
+    heads' sub-queues are free in that commit, and still taken strictly in order."""
+    t = sq.create_tube("u", "utube")
+    a = ids(t.put([{"n": i} for i in range(3)], utube="a"))
+    head = ids(t.take(2))
+    assert head == a[:1]
+    assert ids(t._take(2, 0.0, sq.owner, 1, acking=head)) == a[1:2]
+    assert ids(t._take(2, 0.0, sq.owner, 1, acking=a[1:2])) == a[2:]

@@ -14,8 +14,8 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 import sparkqueue
-from sparkqueue import Consumer, FakeClock, InvalidOption, Queue
-from tests.conftest import ids
+from sparkqueue import Consumer, FakeClock, InvalidOption, NotOwner, Queue
+from tests.conftest import ids, versions
 
 HERE = Path(__file__).parent
 
@@ -133,6 +133,28 @@ def test_consumer_acks_retries_with_growing_delays_then_buries(
     assert (third.done, third.failed, third.buried) == (0, 0, 3)
     assert ids(t.tasks_by_state("buried")) == [1, 3, 5]
     assert t.statistics()["calls"]["ack"] == 3
+
+
+def test_a_consumer_acks_each_batch_in_the_next_take_s_commit(sq: Queue) -> None:
+    """What Consumer runs between batches: the acks of the batch done and the next
+    take, one MERGE; all or nothing, counted and announced as the two verbs."""
+    t = sq.create_tube("pair", "fifottl")
+    t.put([{"n": i} for i in range(5)])
+    events: list[tuple[str, list[int]]] = []
+    t.on_task_change(lambda df, event: events.append((event, ids(df))))
+    first = ids(t.take(2))
+    before = versions(t)
+    assert ids(t._take(2, 0.0, sq.owner, 1, acking=first)) == [2, 3]
+    assert versions(t) == (before[0], before[1] + 1), "one commit"
+    assert events[-2:] == [("ack", [0, 1]), ("take", [2, 3])]
+    calls = t.statistics()["calls"]
+    assert (calls["take"], calls["ack"]) == (4, 2)
+    before = versions(t)
+    with pytest.raises(NotOwner) as refused:
+        t._take(1, 0.0, "intruder", 1, acking=[2, 3])
+    assert refused.value.task_ids == [2, 3]
+    assert versions(t) == before, "nothing taken, nothing acked"
+    assert ids(t.tasks_by_state("ready")) == [4]
 
 
 def test_consumer_stops_on_sigterm_and_a_raising_handler_fails_its_batch(sq: Queue) -> None:
