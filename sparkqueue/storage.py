@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from delta.tables import DeltaTable
+from py4j.protocol import Py4JError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -366,20 +367,26 @@ class Layout:
             reader = reader.option("versionAsOf", version)
         return reader.load(path)
 
-    def file_stats(self, path: str) -> tuple[int, list[Any]]:
+    def file_stats(self, path: str) -> tuple[int | None, list[Any]]:
         """The newest snapshot's version and, per data file, what :func:`head_bound` reads.
 
         The statistics Delta keeps per file (row count, min/max per column),
         from the snapshot's cached state through Delta's ``DeltaLog`` (as
         data skipping reads them): one small Spark job, no data file opened.
+        That is an internal Delta interface (pinned with delta-spark); where it
+        is missing, ``(None, [])``: takes then read every ready task, as before.
         """
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
-        log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
-            self.spark._jsparkSession, path)
-        empty = jvm.scala.Option.empty()
-        snapshot = log.update(False, empty, empty)
-        files = DataFrame(snapshot.withStats(), self.spark).select(
+        try:
+            log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+                self.spark._jsparkSession, path)
+            empty = jvm.scala.Option.empty()
+            snapshot = log.update(False, empty, empty)
+            stats = DataFrame(snapshot.withStats(), self.spark)
+        except Py4JError:
+            return None, []
+        files = stats.select(
             F.col("stats.numRecords").alias("rows"),
             F.col("stats.minValues.status").alias("min_status"),
             F.col("stats.maxValues.status").alias("max_status"),

@@ -1104,7 +1104,7 @@ def _task_columns(joined: DataFrame) -> DataFrame:
     ttr = F.coalesce("r.ttr", "c.ttr", ttl)
     delay = F.coalesce("r.delay", "c.delay", F.lit(0.0))
     ttl_end = now + delay + ttl
-    return joined.select(
+    rows = joined.select(
         F.col("r.task_id").alias("task_id"),
         F.when(delay > 0, "delayed").otherwise("ready").alias("status"),
         F.coalesce("r.pri", "c.pri").alias("pri"),
@@ -1126,6 +1126,10 @@ def _task_columns(joined: DataFrame) -> DataFrame:
         F.lit("put").alias("changed_by"),
         F.col("r.data").alias("data"),
     )
+    # every column nullable, as the same columns read from a table are (a CASE
+    # without ELSE is nullable), so results compare equal whichever way they came
+    return rows.select(*[F.when(F.col(f.name).isNotNull(), F.col(f.name)).alias(f.name)
+                         for f in rows.schema])
 
 
 def checked(col: Column, what: str) -> Column:
