@@ -111,6 +111,10 @@ PUBLIC_COLUMNS = ["task_id", "status", "data", "pri", "utube", "owner", "created
 #: so each file covers a narrow task_id range and MERGE bounds prune the rest.
 TASK_FILE_ROWS = 20_000
 
+#: Tables of at most this many files are read whole by a take: choosing files by
+#: their statistics costs a Spark job, more than reading a few small files.
+FEW_FILES = 8
+
 CONFLICT_MARKERS = (
     "ConcurrentAppendException", "ConcurrentDeleteReadException",
     "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
@@ -367,15 +371,19 @@ class Layout:
             reader = reader.option("versionAsOf", version)
         return reader.load(path)
 
-    def file_stats(self, path: str) -> tuple[int | None, list[Any]]:
-        """The newest snapshot's version and, per data file, what :func:`head_bound` reads.
+    def file_stats(self, path: str) -> list[Any]:
+        """Per data file of the newest snapshot, what :func:`head_bound` reads.
 
         The statistics Delta keeps per file (row count, min/max per column),
         from the snapshot's cached state through Delta's ``DeltaLog`` (as
         data skipping reads them): one small Spark job, no data file opened.
         That is an internal Delta interface (pinned with delta-spark); where it
-        is missing, ``(None, [])``: takes then read every ready task, as before.
+        is missing, ``[]``: takes then read every ready task, as before.
+        A table of at most FEW_FILES files gets no statistics either: reading
+        them all costs less than the job that would choose among them.
         """
+        if 0 <= self.file_count(path) <= FEW_FILES:
+            return []
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         try:
@@ -385,8 +393,8 @@ class Layout:
             snapshot = log.update(False, empty, empty)
             stats = DataFrame(snapshot.withStats(), self.spark)
         except Py4JError:
-            return None, []
-        files = stats.select(
+            return []
+        return stats.select(
             F.col("stats.numRecords").alias("rows"),
             F.col("stats.minValues.status").alias("min_status"),
             F.col("stats.maxValues.status").alias("max_status"),
@@ -395,7 +403,22 @@ class Layout:
             F.col("stats.maxValues.order_key").alias("max_order_key"),
             F.col("stats.minValues.ttl_end").alias("min_ttl_end"),
         ).collect()
-        return int(snapshot.version()), files
+
+    def file_count(self, path: str) -> int:
+        """About how many data files the table has: the count in the newest of the
+        last few commits' checksum files (-1: none of them has one).
+
+        Delta writes ``<version>.crc`` with the table's file count beside most
+        commits; reading it costs no Spark job (Delta's own accessor computes
+        the snapshot's state for it: half a second here).
+        """
+        log, fs = self._fs(path)
+        latest = self.latest_version(path)
+        for version in range(latest, max(-1, latest - 5), -1):
+            crc = log.suffix(f"/{version:020d}.crc")
+            if fs.exists(crc):
+                return int(json.loads(self._read_text(fs, crc)).get("numFiles", -1))
+        return -1
 
     def exists(self, path: str) -> bool:
         return bool(DeltaTable.isDeltaTable(self.spark, path))

@@ -194,15 +194,23 @@ class Tube:
                 if h["tag"]["sq"] == "put" and h["version"] <= upto]
         if not puts:
             return None
-        tags = spark.createDataFrame(
-            [(v, float(t["now"]), int(t["pri"]), t.get("utube"), t.get("ttl"), t.get("ttr"),
-              t.get("delay")) for v, t in puts], PUT_TAG_SCHEMA)
         rows = (self._layout.read(inbox, spark, version=upto)
                 .where(F.col("_metadata.row_commit_version") > cursor)
                 .select("*", F.col("_metadata.row_id").alias("task_id"),
                         F.col("_metadata.row_commit_version").alias("inbox_version")))
-        return _task_columns(rows.alias("r").join(
-            F.broadcast(tags).alias("c"), F.col("r.inbox_version") == F.col("c.version")))
+        values = [(v, float(t["now"]), int(t["pri"]), t.get("utube"), t.get("ttl"),
+                   t.get("ttr"), t.get("delay")) for v, t in puts]
+        if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job
+            tags = F.create_map(*[c for v in values for c in (
+                F.lit(v[0]), F.struct(*[F.lit(x).cast(t).alias(k) for x, (k, t)
+                                        in zip(v[1:], PUT_TAG_FIELDS, strict=True)]))])
+            return _task_columns(rows.where(F.col("inbox_version").isin([v[0] for v in values]))
+                                 .withColumn("c", F.element_at(tags, F.col("inbox_version"))))
+        table = spark.createDataFrame(values, "version long, " + ", ".join(
+            f"{k} {t}" for k, t in PUT_TAG_FIELDS))
+        table = table.select("version", F.struct(*[k for k, _ in PUT_TAG_FIELDS]).alias("c"))
+        return _task_columns(rows.join(F.broadcast(table),
+                                       rows["inbox_version"] == table["version"]))
 
     def _ingest(self) -> None:
         """Move tasks put since the last ingest into the tasks table, exactly once."""
@@ -254,9 +262,10 @@ class Tube:
             return live.join(F.broadcast(gone), "task_id", "left_anti")
         layout = self._layout
         path = layout.tasks(self.name)
-        version, files = layout.file_stats(path)
-        ready = layout.read(path, version=version).where(st.ready_when(now))
-        bound = st.head_bound(files, now, n)
+        # statistics and the read may see different versions: a bound from an older
+        # one can only make a concurrent take return fewer tasks, never skip a lower one
+        bound = st.head_bound(layout.file_stats(path), now, n)
+        ready = layout.read(path).where(st.ready_when(now))
         if bound is not None:
             ready = ready.where(bound)
         return ready.where("task_id >= 0").withColumn("eff", F.lit("ready"))
@@ -1086,13 +1095,15 @@ class Tube:
 
 # -- helpers ---------------------------------------------------------------------------------
 
-#: A put's options that were one value for all its tasks, by inbox version (from the tags).
-PUT_TAG_SCHEMA = ("version long, now double, pri long, utube string, ttl double, ttr double, "
-                  "delay double")
+#: A put's options that were one value for all its tasks (its commit tag's ``put``).
+PUT_TAG_FIELDS = [("now", "double"), ("pri", "long"), ("utube", "string"), ("ttl", "double"),
+                  ("ttr", "double"), ("delay", "double")]
+#: Ingests of up to this many puts carry the puts' tag values as a literal map.
+TAGS_INLINE = 64
 
 
 def _task_columns(joined: DataFrame) -> DataFrame:
-    """Task rows from inbox rows ``r`` joined with their put's tag values ``c``.
+    """Task rows from inbox rows with their put's tag values in struct ``c``.
 
     Tarantool's timing rules for a new task: ttl counts from the put and
     includes the delay; ttr defaults to ttl; a delayed task waits until
@@ -1100,16 +1111,16 @@ def _task_columns(joined: DataFrame) -> DataFrame:
     the put's; the tube defaults were resolved into the tag at put time.
     """
     now = F.col("c.now")
-    ttl = F.coalesce("r.ttl", "c.ttl", F.lit(st.INF))
-    ttr = F.coalesce("r.ttr", "c.ttr", ttl)
-    delay = F.coalesce("r.delay", "c.delay", F.lit(0.0))
+    ttl = F.coalesce("ttl", "c.ttl", F.lit(st.INF))
+    ttr = F.coalesce("ttr", "c.ttr", ttl)
+    delay = F.coalesce("delay", "c.delay", F.lit(0.0))
     ttl_end = now + delay + ttl
     rows = joined.select(
-        F.col("r.task_id").alias("task_id"),
+        F.col("task_id").alias("task_id"),
         F.when(delay > 0, "delayed").otherwise("ready").alias("status"),
-        F.coalesce("r.pri", "c.pri").alias("pri"),
-        F.col("r.task_id").alias("order_key"),
-        F.coalesce("r.utube", "c.utube").alias("utube"),
+        F.coalesce("pri", "c.pri").alias("pri"),
+        F.col("task_id").alias("order_key"),
+        F.coalesce("utube", "c.utube").alias("utube"),
         now.alias("created"),
         ttl.alias("ttl"),
         ttr.alias("ttr"),
@@ -1121,10 +1132,10 @@ def _task_columns(joined: DataFrame) -> DataFrame:
         F.lit(None).cast("string").alias("lease_token"),
         F.lit(0).cast("long").alias("taken_count"),
         F.lit(0).cast("long").alias("buried_count"),
-        F.col("r.inbox_version").alias("inbox_version"),
-        F.col("r.put_token").alias("put_token"),
+        F.col("inbox_version").alias("inbox_version"),
+        F.col("put_token").alias("put_token"),
         F.lit("put").alias("changed_by"),
-        F.col("r.data").alias("data"),
+        F.col("data").alias("data"),
     )
     # every column nullable, as the same columns read from a table are (a CASE
     # without ELSE is nullable), so results compare equal whichever way they came

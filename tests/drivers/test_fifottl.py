@@ -14,7 +14,15 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sparkqueue import FakeClock, InvalidOption, InvalidState, NotSupported, Queue, TaskNotFound
+from sparkqueue import (
+    FakeClock,
+    InvalidOption,
+    InvalidState,
+    NotSupported,
+    Queue,
+    TaskNotFound,
+    storage,
+)
 from sparkqueue.storage import head_bound
 from tests.conftest import contract_tube, ids
 
@@ -166,9 +174,11 @@ def test_fifo_has_no_time_options(sq: Queue) -> None:
         fifo.release(task, delay=5)
 
 
-def test_a_take_reads_only_the_head_and_misses_no_lower_task(sq: Queue, clock: FakeClock) -> None:
+def test_a_take_reads_only_the_head_and_misses_no_lower_task(
+        sq: Queue, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """fifo takes read only the files whose statistics reach below the n lowest
     ready tasks; a released task, a passed delay and an urgent put still come first."""
+    monkeypatch.setattr(storage, "FEW_FILES", 0)  # bound even a table of a few files
     t = sq.create_tube("head", "fifottl")
     a = ids(t.put([{"n": i} for i in range(4)]))
     late = t.put({"n": 4}, delay=5).task_id
@@ -182,7 +192,7 @@ def test_a_take_reads_only_the_head_and_misses_no_lower_task(sq: Queue, clock: F
     urgent = t.urgent({"n": -1}).task_id
     t._ingest()
     path = t._layout.tasks("head")
-    assert head_bound(t._layout.file_stats(path)[1], clock(), 3) is not None  # bounded: c unread
+    assert head_bound(t._layout.file_stats(path), clock(), 3) is not None  # bounded: c unread
     assert ids(t.take(3)) == sorted([urgent, a[0], a[2]])
     assert ids(t.take(3)) == sorted([a[3], late, b[0]])
     assert ids(t.take(5)) == b[1:] + c[:2]
