@@ -251,24 +251,26 @@ class Tube:
         """What a take's ``choose`` looks at: every task, or for ``head_only``
         drivers the ready ones in the files that can hold the ``n`` lowest.
 
-        ``acking``: tasks the take's own commit acks; they are left out, so
-        their sub-queues count as free (the ack and the take are one commit).
+        ``acking``: tasks the take's own commit acks; they are left out (a lease
+        that ended meanwhile would make one ready), and so their sub-queues
+        count as free (the ack and the take are one commit).
         """
-        if not self.driver.head_only:
+        if self.driver.head_only:
+            layout = self._layout
+            path = layout.tasks(self.name)
+            # statistics and the read may see different versions: a bound from an older
+            # one can only make a concurrent take return fewer tasks, never skip a lower one
+            bound = st.head_bound(layout.file_stats(path), now, n)
+            live = layout.read(path).where(st.ready_when(now))
+            if bound is not None:
+                live = live.where(bound)
+            live = live.where("task_id >= 0").withColumn("eff", F.lit("ready"))
+        else:
             live = self._live(now, pending=False)
-            if not acking:
-                return live
-            gone = self._spark.createDataFrame([(i,) for i in acking], "task_id long")
-            return live.join(F.broadcast(gone), "task_id", "left_anti")
-        layout = self._layout
-        path = layout.tasks(self.name)
-        # statistics and the read may see different versions: a bound from an older
-        # one can only make a concurrent take return fewer tasks, never skip a lower one
-        bound = st.head_bound(layout.file_stats(path), now, n)
-        ready = layout.read(path).where(st.ready_when(now))
-        if bound is not None:
-            ready = ready.where(bound)
-        return ready.where("task_id >= 0").withColumn("eff", F.lit("ready"))
+        if not acking:
+            return live
+        gone = self._spark.createDataFrame([(i,) for i in acking], "task_id long")
+        return live.join(F.broadcast(gone), "task_id", "left_anti")
 
     # -- the MERGE every state change goes through ------------------------------------
 

@@ -23,6 +23,7 @@ from sparkqueue import (
     TaskNotFound,
     storage,
 )
+from sparkqueue import tube as tube_module
 from sparkqueue.storage import head_bound
 from tests.conftest import contract_tube, ids
 
@@ -149,7 +150,9 @@ def test_per_row_options_from_columns(ttl_tube, spark: SparkSession, clock: Fake
         ttl_tube.put(bad.select("k"), delay=F.lit(-1.0))
 
 
-def test_tube_defaults(sq: Queue, clock: FakeClock) -> None:
+def test_tube_defaults(sq: Queue, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the puts' tag values through the join (what an ingest of many puts uses)
+    monkeypatch.setattr(tube_module, "TAGS_INLINE", 0)
     t = sq.create_tube("defaults", "fifottl", ttl=100, ttr=10, pri=3, delay=5)
     task = t.put({"n": 1})
     meta = t.meta(task.task_id)

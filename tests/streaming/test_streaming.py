@@ -157,6 +157,23 @@ def test_a_consumer_acks_each_batch_in_the_next_take_s_commit(sq: Queue) -> None
     assert ids(t.tasks_by_state("ready")) == [4]
 
 
+def test_a_consumer_whose_leases_ended_records_the_refused_acks_and_goes_on(
+        sq: Queue, clock: FakeClock) -> None:
+    t = sq.create_tube("slow", "fifottl", ttr=10)
+    t.put([{"n": i} for i in range(2)])
+    seen: list[list[int]] = []
+
+    def slow_once(batch):  # type: ignore[no-untyped-def]
+        seen.append(ids(batch))
+        if len(seen) == 1:
+            clock.advance(11)  # the handler outlived the leases: others may hold the tasks
+
+    progress = Consumer(t, slow_once, batch_size=2, take_timeout=0, idle_timeout=0).run()
+    assert seen == [[0, 1], [0, 1]], "refused acks, so the tasks came back (at-least-once)"
+    assert "InvalidState" in (progress.last_error or "")
+    assert progress.done == 2 and t.statistics()["calls"]["ack"] == 2
+
+
 def test_consumer_stops_on_sigterm_and_a_raising_handler_fails_its_batch(sq: Queue) -> None:
     t = sq.create_tube("q", "fifo")
     t.put([{"n": i} for i in range(4)])
