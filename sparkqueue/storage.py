@@ -375,8 +375,10 @@ class Layout:
         """Per data file of the newest snapshot, what :func:`head_bound` reads.
 
         The statistics Delta keeps per file (row count, min/max per column),
-        from the snapshot's cached state through Delta's ``DeltaLog`` (as
-        data skipping reads them): one small Spark job, no data file opened.
+        from the snapshot's state through Delta's ``DeltaLog`` (as data
+        skipping reads them): no data file opened, one small Spark job over the
+        state, plus the state's own rebuild when no read of this version has
+        cached it yet (the take's read then finds it cached).
         That is an internal Delta interface (pinned with delta-spark); where it
         is missing, ``[]``: takes then read every ready task, as before.
         A table of at most FEW_FILES files gets no statistics either: reading
