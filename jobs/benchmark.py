@@ -9,7 +9,10 @@ Prints, in one run:
   the same rows (each a median of --repeat runs, after a warm-up run);
 - a drain of N tasks, take + ack in batches of 100,000, in tasks per second,
   and the same drain by a ``Consumer`` (each batch's acks committed together
-  with the next take: one MERGE per batch).
+  with the next take: one MERGE per batch), against hand-written drains of
+  plain Delta tables holding the same rows: one MERGE per batch deleting the
+  previous batch and flipping the next, with Delta's change data feed off and
+  on (a tube's tasks table has it on: ``Tube.changes`` reads it).
 
 With --scale it adds take(1,000) on a 10,000-task tube against the same on a
 --big-task tube (10,000,000 by default; both written straight into the tasks
@@ -73,13 +76,17 @@ def payload(spark: SparkSession, n: int) -> DataFrame:
     )
 
 
-def plain_table(spark: SparkSession, path: str, n: int) -> None:
-    """A plain Delta table with one row per task, shaped like a queue (the MERGE baseline)."""
+def plain_table(spark: SparkSession, path: str, n: int, change_feed: bool = False) -> None:
+    """A plain Delta table with one row per task, shaped like a queue (the MERGE baseline);
+    with ``change_feed``, Delta's change data feed on (as a tube's tasks table has it)."""
     (payload(spark, n).select(
         F.col("n").alias("id"), F.lit("ready").alias("status"), F.lit(0).cast("long").alias("pri"),
         F.lit(None).cast("string").alias("owner"), F.lit(0.0).alias("lease_end"),
         F.struct("n", "url").alias("data"))
      .write.format("delta").mode("overwrite").save(path))
+    if change_feed:
+        spark.sql(f"ALTER TABLE delta.`{path}` "
+                  "SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
 
 
 def plain_take(spark: SparkSession, path: str, n: int) -> None:
@@ -93,6 +100,33 @@ def plain_take(spark: SparkSession, path: str, n: int) -> None:
                         set={"status": "'taken'", "owner": "'bench'",
                              "lease_end": F.lit(time.time() + 60)})
      .execute())
+
+
+def plain_drain(spark: SparkSession, path: str, n: int) -> int:
+    """The hand-written drain: per batch one MERGE that deletes the previous batch (its
+    ack) and flips the n lowest-id ready rows (the next take), bounded by the source's
+    ids; the last batch's delete comes with the empty take. The number of rows deleted."""
+    table = DeltaTable.forPath(spark, path)
+    done, taken = 0, spark.createDataFrame([], "sid long")
+    while True:
+        ready = (spark.read.format("delta").load(path).where("status = 'ready'")
+                 .orderBy("pri", "id").limit(n).select(F.col("id").alias("sid")))
+        source = (ready.withColumn("ack", F.lit(False))
+                  .unionByName(taken.withColumn("ack", F.lit(True)))
+                  .localCheckpoint(eager=True))
+        row = source.agg(F.min("sid"), F.max("sid"), F.count(F.when(F.col("ack"), 1))).first()
+        assert row is not None
+        if row[0] is None:
+            return done
+        (table.alias("t").merge(source.alias("s"),
+                                f"t.id = s.sid AND t.id >= {row[0]} AND t.id <= {row[1]}")
+         .whenMatchedDelete(condition="s.ack")
+         .whenMatchedUpdate(condition="t.status = 'ready'",
+                            set={"status": "'taken'", "owner": "'bench'",
+                                 "lease_end": F.lit(time.time() + 60)})
+         .execute())
+        done += int(row[2])
+        taken = source.where("NOT ack").select("sid")
 
 
 def release_all_plain(spark: SparkSession, path: str) -> None:
@@ -334,14 +368,25 @@ def main(argv: list[str] | None = None) -> int:
             figures[f"take_{n}_ratio"] = figures[f"take_{n}_s"] / figures[f"merge_{n}_s"]
 
     if "drain" in sections:
-        # take + ack by hand, then a Consumer (each batch's acks ride with the next take)
-        for key, drain in (("drain", drain_all), ("consumer_drain", consume_all)):
+        # take + ack by hand, then a Consumer (each batch's acks ride with the next take),
+        # then the same batches drained by hand-written MERGEs on plain Delta tables
+        # (one MERGE per batch, as the Consumer), without and with the change feed
+        for key in ("drain", "consumer_drain", "plain_drain", "plain_drain_cdf"):
             say(f"{key} of {args.rows} tasks in batches of {args.drain_batch}")
-            tube = ingested(sq, key, "fifottl", rows)
-            start = time.perf_counter()
-            figures[f"{key}_tasks"] = drain(tube, args.drain_batch)
+            if key.startswith("plain"):
+                path = f"{root}/{key}"
+                plain_table(spark, path, args.rows, change_feed=key.endswith("_cdf"))
+                start = time.perf_counter()
+                done = plain_drain(spark, path, args.drain_batch)
+            else:
+                tube = ingested(sq, key, "fifottl", rows)
+                start = time.perf_counter()
+                done = (drain_all if key == "drain" else consume_all)(tube, args.drain_batch)
+            figures[f"{key}_tasks"] = done
             figures[f"{key}_s"] = time.perf_counter() - start
-            figures[f"{key}_tasks_per_s"] = figures[f"{key}_tasks"] / figures[f"{key}_s"]
+            figures[f"{key}_tasks_per_s"] = done / figures[f"{key}_s"]
+        for key in ("plain_drain", "plain_drain_cdf"):
+            figures[f"consumer_drain_vs_{key}"] = figures["consumer_drain_s"] / figures[f"{key}_s"]
 
     if "utube" in sections:
         bench_utube(spark, sq, root, figures,

@@ -269,7 +269,7 @@ class Tube:
             live = self._live(now, pending=False)
         if not acking:
             return live
-        gone = self._spark.createDataFrame([(i,) for i in acking], "task_id long")
+        gone = st.id_frame(self._spark, acking)
         return live.join(F.broadcast(gone), "task_id", "left_anti")
 
     # -- the MERGE every state change goes through ------------------------------------
@@ -324,7 +324,7 @@ class Tube:
                     lo, hi, counts = acking[0], acking[-1], dict[str, int]()
                 else:
                     base, lo, hi, counts = picked
-                acks = sess.createDataFrame([(i,) for i in acking or []], "task_id long")
+                acks = st.id_frame(sess, acking or [])
                 if op.exclusive:
                     base = self._with_busy(sess, base, now, acks if acking else None)
                 if acking:
@@ -437,7 +437,7 @@ class Tube:
         if isinstance(ids, list):  # validated, sorted, distinct: no Spark job needed
             if not ids:
                 return None
-            return (sess.createDataFrame([(i,) for i in ids], "task_id long"),
+            return (st.id_frame(sess, ids),
                     ids[0], ids[-1], {})
         if chooser is not None:
             frame = chooser(now).select("task_id", "status", *keep)

@@ -17,6 +17,7 @@ from sparkqueue import (
     SchemaMismatch,
     TubeExists,
     TubeNotFound,
+    storage,
 )
 from tests.conftest import versions
 
@@ -193,3 +194,11 @@ def test_bad_ids_write_nothing_even_with_puts_waiting_to_be_ingested(sq: Queue) 
         with pytest.raises(InvalidOption):
             verb([1, -5])
     assert versions(t) == before
+
+
+def test_id_lists_cross_to_spark_as_runs(spark: SparkSession) -> None:
+    """Ids (sorted, distinct) become a task_id frame holding exactly them, gaps and all."""
+    ids = [0, 1, 2, 5, 7, 8, 9, 2**40]
+    frame = storage.id_frame(spark, ids)
+    assert sorted(r.task_id for r in frame.collect()) == ids
+    assert storage.id_frame(spark, []).count() == 0
