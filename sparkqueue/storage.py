@@ -206,7 +206,7 @@ def id_frame(spark: SparkSession, ids: list[int]) -> DataFrame:
 
     Shipped as runs of consecutive ids, expanded in Spark: a batch a
     consumer took is mostly one run, so 100,000 ids cross from Python as a
-    few pairs instead of 100,000 rows (0.45 s against 0.25 s measured here).
+    few pairs instead of 100,000 pickled rows.
     """
     runs: list[tuple[int, int]] = []
     for i in ids:

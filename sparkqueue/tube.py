@@ -324,10 +324,10 @@ class Tube:
                     lo, hi, counts = acking[0], acking[-1], dict[str, int]()
                 else:
                     base, lo, hi, counts = picked
-                acks = st.id_frame(sess, acking or [])
+                acks = st.id_frame(sess, acking) if acking else None
                 if op.exclusive:
-                    base = self._with_busy(sess, base, now, acks if acking else None)
-                if acking:
+                    base = self._with_busy(sess, base, now, acks)
+                if acking and acks is not None:
                     base = base.withColumn("arg_ack", F.lit(False)).unionByName(
                         acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
                     lo, hi = min(lo, acking[0]), max(hi, acking[-1])
@@ -385,7 +385,7 @@ class Tube:
                     if failed is None:
                         raise
                     # only the acks' guard fails with an error kind (the op's says Stale)
-                    raise (self._diagnose(self._ACK, acks, failed, who, now) if acking
+                    raise (self._diagnose(self._ACK, acks, failed, who, now) if acks is not None
                            else self._diagnose(op, base, failed, who, now)) from e
                 version = layout.commit_version(path, tag.token, before)
             changes = layout.changes_at(self.name, version).select(*st.PUBLIC_COLUMNS)
