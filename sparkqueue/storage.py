@@ -429,8 +429,8 @@ class Layout:
         last few commits' checksum files (-1: none of them has one).
 
         Delta writes ``<version>.crc`` with the table's file count beside most
-        commits; reading it costs no Spark job (Delta's own accessor computes
-        the snapshot's state for it: half a second here).
+        commits; reading it costs no Spark job (Delta's own accessor,
+        ``numOfFilesIfKnown``, computes the snapshot's whole state for it).
         """
         log, fs = self._fs(path)
         latest = self.latest_version(path)

@@ -324,13 +324,15 @@ class Tube:
                     lo, hi, counts = acking[0], acking[-1], dict[str, int]()
                 else:
                     base, lo, hi, counts = picked
-                acks = st.id_frame(sess, acking) if acking else None
+                acks = None
+                if acking:
+                    acks = st.id_frame(sess, acking)
+                    lo, hi = min(lo, acking[0]), max(hi, acking[-1])
                 if op.exclusive:
                     base = self._with_busy(sess, base, now, acks)
-                if acking and acks is not None:
+                if acks is not None:
                     base = base.withColumn("arg_ack", F.lit(False)).unionByName(
                         acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
-                    lo, hi = min(lo, acking[0]), max(hi, acking[-1])
                 if counts:
                     sess.conf.set(st.USER_METADATA, CommitTag(
                         tag.op, tag.token, tuple(sorted({**dict(tag.extra), **counts}.items()))
@@ -1118,7 +1120,7 @@ def _task_columns(joined: DataFrame) -> DataFrame:
     delay = F.coalesce("delay", "c.delay", F.lit(0.0))
     ttl_end = now + delay + ttl
     rows = joined.select(
-        F.col("task_id").alias("task_id"),
+        F.col("task_id"),
         F.when(delay > 0, "delayed").otherwise("ready").alias("status"),
         F.coalesce("pri", "c.pri").alias("pri"),
         F.col("task_id").alias("order_key"),
@@ -1134,10 +1136,10 @@ def _task_columns(joined: DataFrame) -> DataFrame:
         F.lit(None).cast("string").alias("lease_token"),
         F.lit(0).cast("long").alias("taken_count"),
         F.lit(0).cast("long").alias("buried_count"),
-        F.col("inbox_version").alias("inbox_version"),
-        F.col("put_token").alias("put_token"),
+        F.col("inbox_version"),
+        F.col("put_token"),
         F.lit("put").alias("changed_by"),
-        F.col("data").alias("data"),
+        F.col("data"),
     )
     # every column nullable, as the same columns read from a table are (a CASE
     # without ELSE is nullable), so results compare equal whichever way they came

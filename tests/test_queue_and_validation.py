@@ -196,7 +196,7 @@ def test_bad_ids_write_nothing_even_with_puts_waiting_to_be_ingested(sq: Queue) 
     assert versions(t) == before
 
 
-def test_id_lists_cross_to_spark_as_runs(spark: SparkSession) -> None:
+def test_id_lists_become_a_frame_of_exactly_those_ids(spark: SparkSession) -> None:
     """Ids (sorted, distinct) become a task_id frame holding exactly them, gaps and all."""
     ids = [0, 1, 2, 5, 7, 8, 9, 2**40]
     frame = storage.id_frame(spark, ids)
