@@ -116,6 +116,16 @@ TASK_FILE_ROWS = 20_000
 #: their statistics costs a Spark job, more than reading a few small files.
 FEW_FILES = 8
 
+#: What :func:`head_bound` reads of a data file's statistics: key -> (kind, column).
+FILE_STATS = {
+    "min_status": ("minValues", "status"),
+    "max_status": ("maxValues", "status"),
+    "status_nulls": ("nullCount", "status"),
+    "max_pri": ("maxValues", "pri"),
+    "max_order_key": ("maxValues", "order_key"),
+    "min_ttl_end": ("minValues", "ttl_end"),
+}
+
 CONFLICT_MARKERS = (
     "ConcurrentAppendException", "ConcurrentDeleteReadException",
     "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
@@ -301,6 +311,8 @@ class Layout:
         self.root = root.rstrip("/")
         self._versions: dict[str, int] = {}
         self._cursors: dict[str, tuple[int, int]] = {}  # tasks path: (version seen, cursor)
+        # tasks path: (version, {data file: its statistics}), see file_stats
+        self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
 
     @property
     def registry(self) -> str:
@@ -389,19 +401,29 @@ class Layout:
             reader = reader.option("versionAsOf", version)
         return reader.load(path)
 
-    def file_stats(self, path: str) -> list[Any]:
+    def file_stats(self, path: str) -> list[dict[str, Any]]:
         """Per data file of the newest snapshot, what :func:`head_bound` reads.
 
-        The statistics Delta keeps per file (row count, min/max per column),
-        from the snapshot's state through Delta's ``DeltaLog`` (as data
-        skipping reads them): no data file opened, one small Spark job over the
-        state, plus the state's own rebuild when no read of this version has
-        cached it yet (the take's read then finds it cached).
-        That is an internal Delta interface (pinned with delta-spark); where it
-        is missing, ``[]``: takes then read every ready task, as before.
+        The statistics Delta keeps per file (row count, min/max per column).
+        The first call for a table reads them from the snapshot's state through
+        Delta's ``DeltaLog`` (as data skipping does): no data file opened, one
+        small Spark job, plus the state's own rebuild when no read of this
+        version has cached it yet. Later calls replay only the commits made
+        since, from their JSON files (each ``add`` carries its file's
+        statistics, each ``remove`` names a file gone): no Spark job, so a
+        consumer's take does not pay the state job once per batch.
+        ``DeltaLog`` is an internal Delta interface (pinned with delta-spark);
+        where it is missing, ``[]``: takes then read every ready task.
         A table of at most FEW_FILES files gets no statistics either: reading
-        them all costs less than the job that would choose among them.
+        them all costs less than choosing among them.
         """
+        cached = self._stats_by_file.get(path)
+        if cached is not None:
+            latest = self.latest_version(path)
+            files = self._replay(path, *cached, latest)
+            if files is not None:
+                self._stats_by_file[path] = (latest, files)
+                return [] if len(files) <= FEW_FILES else list(files.values())
         if 0 <= self.file_count(path) <= FEW_FILES:
             return []
         jvm = self.spark.sparkContext._jvm
@@ -411,18 +433,38 @@ class Layout:
                 self.spark._jsparkSession, path)
             empty = jvm.scala.Option.empty()
             snapshot = log.update(False, empty, empty)
+            version = int(snapshot.version())
             stats = DataFrame(snapshot.withStats(), self.spark)
         except Py4JError:
             return []
-        return stats.select(
-            F.col("stats.numRecords").alias("rows"),
-            F.col("stats.minValues.status").alias("min_status"),
-            F.col("stats.maxValues.status").alias("max_status"),
-            F.col("stats.nullCount.status").alias("status_nulls"),
-            F.col("stats.maxValues.pri").alias("max_pri"),
-            F.col("stats.maxValues.order_key").alias("max_order_key"),
-            F.col("stats.minValues.ttl_end").alias("min_ttl_end"),
+        rows = stats.select(
+            "path", F.col("stats.numRecords").alias("rows"),
+            *[F.col(f"stats.{kind}.{col}").alias(key) for key, (kind, col) in FILE_STATS.items()],
         ).collect()
+        files = {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS}} for r in rows}
+        self._stats_by_file[path] = (version, files)
+        return list(files.values())
+
+    def _replay(self, path: str, version: int, files: dict[str, dict[str, Any]],
+                upto: int) -> dict[str, dict[str, Any]] | None:
+        """``files`` (the statistics at ``version``) moved on to ``upto`` by the
+        commits between; None when a commit file is gone (log retention)."""
+        if upto == version:
+            return files
+        files = dict(files)
+        log, fs = self._fs(path)
+        for v in range(version + 1, upto + 1):
+            text = self._commit_text(log, fs, v)
+            if text is None:
+                return None
+            for line in text.splitlines():
+                action = json.loads(line)
+                if "remove" in action:
+                    files.pop(action["remove"]["path"], None)
+                elif "add" in action:
+                    add = action["add"]
+                    files[add["path"]] = _stats_of(add.get("stats"))
+        return files
 
     def file_count(self, path: str) -> int:
         """About how many data files the table has: the count in the newest of the
@@ -470,10 +512,9 @@ class Layout:
 
     def forget(self, path_prefix: str) -> None:
         """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
-        for key in [k for k in self._versions if k.startswith(path_prefix)]:
-            del self._versions[key]
-        for key in [k for k in self._cursors if k.startswith(path_prefix)]:
-            del self._cursors[key]
+        for cache in (self._versions, self._cursors, self._stats_by_file):
+            for key in [k for k in cache if k.startswith(path_prefix)]:
+                del cache[key]
 
     def _read_text(self, fs: Any, file: Any) -> str:
         jvm = self.spark.sparkContext._jvm
@@ -524,6 +565,11 @@ class Layout:
                    operation)
         return len(old)
 
+    def _commit_text(self, log: Any, fs: Any, version: int) -> str | None:
+        """The JSON commit file of ``version`` (None: not there)."""
+        file = log.suffix(f"/{version:020d}.json")
+        return self._read_text(fs, file) if fs.exists(file) else None
+
     def read_text(self, path: str) -> str:
         """A small text file at ``path`` (any Hadoop file system)."""
         jvm = self.spark.sparkContext._jvm
@@ -539,10 +585,10 @@ class Layout:
         last = self.latest_version(path) if upto is None else upto
         out = []
         for version in range(max(after_version + 1, 0), last + 1):
-            file = log.suffix(f"/{version:020d}.json")
-            if not fs.exists(file):  # cleaned up by log retention
+            text = self._commit_text(log, fs, version)
+            if text is None:  # cleaned up by log retention
                 continue
-            for line in self._read_text(fs, file).splitlines():
+            for line in text.splitlines():
                 if line.startswith('{"commitInfo"'):
                     out.append((version, json.loads(line)["commitInfo"]))
                     break
@@ -606,6 +652,17 @@ class Layout:
             "status", F.when(F.col("_change_type") == "delete", F.lit("done"))
             .otherwise(F.col("status"))
         )
+
+
+def _stats_of(stats_json: str | None) -> dict[str, Any]:
+    """A file's :data:`FILE_STATS` from an ``add`` action's statistics JSON (Delta writes
+    non-finite doubles as strings: "Infinity"). No statistics: ``rows`` None."""
+    stats = json.loads(stats_json) if stats_json else {}
+    out: dict[str, Any] = {"rows": stats.get("numRecords")}
+    for key, (kind, col) in FILE_STATS.items():
+        value = (stats.get(kind) or {}).get(col)
+        out[key] = float(value) if isinstance(value, str) and col == "ttl_end" else value
+    return out
 
 
 def _create_table(spark: SparkSession, path: str, schema: T.StructType,

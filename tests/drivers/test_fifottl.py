@@ -199,3 +199,7 @@ def test_a_take_reads_only_the_head_and_misses_no_lower_task(
     assert ids(t.take(3)) == sorted([urgent, a[0], a[2]])
     assert ids(t.take(3)) == sorted([a[3], late, b[0]])
     assert ids(t.take(5)) == b[1:] + c[:2]
+    # the statistics replayed from the commits since the first take are a fresh read's
+    replayed = t._layout.file_stats(path)
+    fresh = storage.Layout(t._layout.spark, t._layout.root).file_stats(path)
+    assert len(replayed) > 2 and sorted(map(repr, replayed)) == sorted(map(repr, fresh))
