@@ -55,6 +55,7 @@ __all__ = [
     "ready_when",
     "head_bound",
     "id_frame",
+    "without_ids",
     "CommitTag",
     "retrying",
 ]
@@ -115,6 +116,9 @@ TASK_FILE_ROWS = 20_000
 #: Tables of at most this many files are read whole by a take: choosing files by
 #: their statistics costs a Spark job, more than reading a few small files.
 FEW_FILES = 8
+
+#: Id lists of at most this many runs of consecutive ids are SQL range filters.
+RUNS_INLINE = 64
 
 #: What :func:`head_bound` reads of a data file's statistics: key -> (kind, column).
 FILE_STATS = {
@@ -211,6 +215,17 @@ def next_event(status: str, delay_end: str, lease_end: str, ttl_end: str) -> str
     )
 
 
+def id_runs(ids: list[int]) -> list[tuple[int, int]]:
+    """``ids`` (sorted, distinct) as runs of consecutive ids, ``(first, last)`` each."""
+    runs: list[tuple[int, int]] = []
+    for i in ids:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
 def id_frame(spark: SparkSession, ids: list[int]) -> DataFrame:
     """``ids`` (sorted, distinct) as a one-column DataFrame ``task_id``.
 
@@ -218,14 +233,21 @@ def id_frame(spark: SparkSession, ids: list[int]) -> DataFrame:
     consumer took is mostly one run, so 100,000 ids cross from Python as a
     few pairs instead of 100,000 pickled rows.
     """
-    runs: list[tuple[int, int]] = []
-    for i in ids:
-        if runs and runs[-1][1] == i - 1:
-            runs[-1] = (runs[-1][0], i)
-        else:
-            runs.append((i, i))
-    return spark.createDataFrame(runs, "lo long, hi long").select(
+    return spark.createDataFrame(id_runs(ids), "lo long, hi long").select(
         F.explode(F.sequence("lo", "hi")).alias("task_id"))
+
+
+def without_ids(frame: DataFrame, ids: list[int], spark: SparkSession) -> DataFrame:
+    """``frame`` without the rows whose ``task_id`` is in ``ids`` (sorted, distinct).
+
+    Few runs of consecutive ids (a consumer's acked batch is mostly one) are
+    a filter on ranges, which needs no Spark job; many are an anti-join.
+    """
+    runs = id_runs(ids)
+    if len(runs) <= RUNS_INLINE:
+        return frame.where(" AND ".join(
+            f"NOT (task_id BETWEEN {lo} AND {hi})" for lo, hi in runs) or "TRUE")
+    return frame.join(F.broadcast(id_frame(spark, ids)), "task_id", "left_anti")
 
 
 @dataclass(frozen=True)

@@ -267,10 +267,7 @@ class Tube:
             live = live.where("task_id >= 0").withColumn("eff", F.lit("ready"))
         else:
             live = self._live(now, pending=False)
-        if not acking:
-            return live
-        gone = st.id_frame(self._spark, acking)
-        return live.join(F.broadcast(gone), "task_id", "left_anti")
+        return st.without_ids(live, acking, self._spark) if acking else live
 
     # -- the MERGE every state change goes through ------------------------------------
 
@@ -329,7 +326,7 @@ class Tube:
                     acks = st.id_frame(sess, acking)
                     lo, hi = min(lo, acking[0]), max(hi, acking[-1])
                 if op.exclusive:
-                    base = self._with_busy(sess, base, now, acks)
+                    base = self._with_busy(sess, base, now, acking)
                 if acks is not None:
                     base = base.withColumn("arg_ack", F.lit(False)).unionByName(
                         acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
@@ -405,7 +402,7 @@ class Tube:
         return result
 
     def _with_busy(self, sess: SparkSession, base: DataFrame, now: float,
-                   acks: DataFrame | None = None) -> DataFrame:
+                   acking: list[int] | None = None) -> DataFrame:
         """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.
 
         The read of the tasks table below is not run here: it runs inside the
@@ -418,8 +415,8 @@ class Tube:
         leased = (self._layout.read(self._layout.tasks(self.name), sess)
                   .where("status = 'taken'")  # prunes files by their statistics
                   .where(f"{effective_status(now)} = 'taken'"))
-        if acks is not None:  # acked in this same commit: their leases end with it
-            leased = leased.join(F.broadcast(acks), "task_id", "left_anti")
+        if acking:  # acked in this same commit: their leases end with it
+            leased = st.without_ids(leased, acking, sess)
         leased = leased.select(F.col("utube").alias("busy_utube")).distinct()
         flagged = base.join(F.broadcast(leased), base["utube"].eqNullSafe(leased["busy_utube"]),
                             "left")

@@ -202,3 +202,14 @@ def test_id_lists_become_a_frame_of_exactly_those_ids(spark: SparkSession) -> No
     frame = storage.id_frame(spark, ids)
     assert sorted(r.task_id for r in frame.collect()) == ids
     assert storage.id_frame(spark, []).count() == 0
+
+
+@pytest.mark.parametrize("runs_inline", [64, 1])
+def test_id_lists_leave_exactly_those_ids_out(spark: SparkSession, runs_inline: int,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Left out as range filters (few runs) or by an anti-join (many): the same rows."""
+    monkeypatch.setattr(storage, "RUNS_INLINE", runs_inline)
+    frame = spark.range(12).withColumnRenamed("id", "task_id")
+    kept = storage.without_ids(frame, [0, 1, 2, 5, 7, 8, 11], spark)
+    assert sorted(r.task_id for r in kept.collect()) == [3, 4, 6, 9, 10]
+    assert storage.without_ids(frame, [], spark).count() == 12
