@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
@@ -20,21 +22,52 @@ from tests.conftest import ids
 HERE = Path(__file__).parent
 
 
-def start_taker(root: str, tube: str, batch: int, out: Path, *flags: str) -> subprocess.Popen[str]:
-    """A second Spark application taking from ``tube``; returns once it has taken."""
-    out.touch()
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent.parent))
-    other = subprocess.Popen(
-        [sys.executable, str(HERE / "taker.py"), root, tube, str(batch), str(out), *flags],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    assert other.stdout is not None
-    seen = []
-    for line in other.stdout:  # Spark's start-up chatter comes first
-        seen.append(line)
-        if line.strip() == "taking":
-            break
-    assert seen and seen[-1].strip() == "taking", "".join(seen)
-    return other
+class OtherApp:
+    """A second Spark application (taker.py) that takes from tubes when told to."""
+
+    def __init__(self) -> None:
+        env = dict(os.environ, PYTHONPATH=str(HERE.parent.parent))
+        self.proc = subprocess.Popen(
+            [sys.executable, str(HERE / "taker.py")], env=env, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        self.seen: list[str] = []
+        self.wait_for("ready")  # Spark's start-up chatter comes first
+
+    def wait_for(self, word: str) -> str:
+        """Read its output up to a line starting with ``word``; that line."""
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.seen.append(line)
+            if line.startswith(word):
+                return line.strip()
+        raise AssertionError(f"the second application ended before {word!r}:\n"
+                             + "".join(self.seen[-50:]))
+
+    def start(self, root: str, tube: str, batch: int, out: Path, *flags: str) -> None:
+        """Tell it to take from ``tube`` into ``out``; returns once it has taken."""
+        assert self.proc.stdin is not None
+        out.touch()
+        self.proc.stdin.write(shlex.join([root, tube, str(batch), str(out), *flags]) + "\n")
+        self.proc.stdin.flush()
+        self.wait_for("taking")
+
+    def finish(self, out: Path) -> list[int]:
+        """Wait for the command to end; the ids it took."""
+        self.wait_for("took")
+        return [int(line) for line in out.read_text().split()]
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=120)
+
+
+@pytest.fixture(scope="module")
+def other_app() -> Iterator[OtherApp]:
+    """One second Spark application for this module's tests (a JVM start-up saved)."""
+    app = OtherApp()
+    yield app
+    app.close()
 
 
 def sub_queue_history(spark: SparkSession, t: Tube) -> tuple[int, dict[str, list[int]]]:
@@ -140,16 +173,14 @@ def test_a_steady_producer_does_not_starve_a_consumer(sq: Queue) -> None:
 
 
 def test_two_spark_applications_never_get_the_same_task(
-        sq: Queue, spark: SparkSession, root: str, tmp_path: Path) -> None:
+        sq: Queue, root: str, tmp_path: Path, other_app: OtherApp) -> None:
     tube = sq.create_tube("x", "fifottl")
     created = ids(tube.put([{"n": i} for i in range(24)]))
     out = tmp_path / "other.txt"
-    other = start_taker(root, "x", 3, out)  # we start once it is up and taking too
+    other_app.start(root, "x", 3, out)  # we start once it is taking too
     mine: list[int] = []
     drain(tube, 3, mine, "this-process")
-    output, _ = other.communicate(timeout=600)
-    assert other.returncode == 0, output
-    theirs = [int(line) for line in out.read_text().split()]
+    theirs = other_app.finish(out)
     assert theirs, "the second application took nothing: the test proved nothing"
     assert not set(mine) & set(theirs)
     assert sorted(mine + theirs) == created
@@ -178,16 +209,14 @@ def test_threads_never_hold_one_sub_queue_twice_and_keep_its_order(
 
 
 def test_two_spark_applications_never_hold_one_sub_queue_twice(
-        sq: Queue, spark: SparkSession, root: str, tmp_path: Path) -> None:
+        sq: Queue, spark: SparkSession, root: str, tmp_path: Path, other_app: OtherApp) -> None:
     tube = sq.create_tube("v", "utubettl")
     expected = put_sub_queues(tube, queues=3, each=3)
     out = tmp_path / "other.txt"
-    other = start_taker(root, "v", 2, out, "--ack")
+    other_app.start(root, "v", 2, out, "--ack")
     mine: list[int] = []
     take_and_ack(tube, 2, "this-process", mine)
-    output, _ = other.communicate(timeout=600)
-    assert other.returncode == 0, output
-    theirs = [int(line) for line in out.read_text().split()]
+    theirs = other_app.finish(out)
     assert theirs and mine, "one application took nothing: the test proved nothing"
     assert sorted(mine + theirs) == sorted(i for q in expected.values() for i in q)
     most, order = sub_queue_history(spark, tube)
