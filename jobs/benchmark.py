@@ -4,7 +4,8 @@ Prints, in one run:
 
 - put of N rows (default 1,000,000) against a plain Delta append of the same rows
   (both into an existing table: a tube's first put also adds its payload column;
-  each a median of --repeat runs after a warm-up run, alternating);
+  each a median of --repeat runs after a warm-up run, alternating), and against
+  the same append into a table with row tracking on (as a tube's inbox: task ids);
 - take(n) for n = 1, 1,000, 100,000 on an N-task tube, against a hand-written
   MERGE that flips the n lowest-id ready rows of a plain Delta table holding
   the same rows (each a median of --repeat runs, after a warm-up run);
@@ -340,20 +341,30 @@ def main(argv: list[str] | None = None) -> int:
         payload(spark, 1000).write.format("delta").save(f"{root}/warm_plain")
         # Each a median of --repeat runs after a warm-up run, in alternating order, so
         # that neither pays alone for the first write of this shape (the JIT's warm-up).
+        # Beside the plain append, the same append into a table with row tracking on (a
+        # tube's inbox has it: its row ids are the task ids), the part of a put's cost
+        # that is its ids.
         puts = sq.create_tube("puts", "fifottl")
         puts.put(payload(spark, 1))
         payload(spark, 1).write.format("delta").save(f"{root}/plain_append")
-        put_times, append_times = [], []
+        spark.sql(f"CREATE TABLE delta.`{root}/plain_append_rt` (n BIGINT, url STRING) "
+                  "USING delta TBLPROPERTIES ('delta.enableRowTracking' = 'true')")
+        payload(spark, 1).write.format("delta").mode("append").save(f"{root}/plain_append_rt")
+        put_times: dict[str, list[float]] = {"put": [], "append": [], "append_rt": []}
         for i in range(args.repeat + 1):
-            runs = [(put_times, lambda: puts.put(rows)), (append_times, lambda: rows.write.format(
-                "delta").mode("append").save(f"{root}/plain_append"))]
-            for times, run in runs if i % 2 else reversed(runs):
+            runs = [("put", lambda: puts.put(rows)),
+                    ("append", lambda: rows.write.format("delta").mode("append")
+                     .save(f"{root}/plain_append")),
+                    ("append_rt", lambda: rows.write.format("delta").mode("append")
+                     .save(f"{root}/plain_append_rt"))]
+            for key, run in runs if i % 2 else reversed(runs):
                 took = timed(run)
-                if i:  # the first pair is the warm-up
-                    times.append(took)
-        figures["put_s"] = statistics.median(put_times)
-        figures["append_s"] = statistics.median(append_times)
+                if i:  # the first round is the warm-up
+                    put_times[key].append(took)
+        for key, times in put_times.items():
+            figures[f"{key}_s"] = statistics.median(times)
         figures["put_ratio"] = figures["put_s"] / figures["append_s"]
+        figures["put_vs_append_rt"] = figures["put_s"] / figures["append_rt_s"]
         tube = sq.create_tube("bench", "fifottl")  # the take section's 1,000,000 tasks
         tube.put(rows)
 
