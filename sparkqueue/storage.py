@@ -677,13 +677,14 @@ class Layout:
 
 
 def _stats_of(stats_json: str | None) -> dict[str, Any]:
-    """A file's :data:`FILE_STATS` from an ``add`` action's statistics JSON (Delta writes
-    non-finite doubles as strings: "Infinity"). No statistics: ``rows`` None."""
+    """A file's :data:`FILE_STATS` from an ``add`` action's statistics JSON; no
+    statistics: ``rows`` None. Delta writes non-finite doubles as the strings
+    "Infinity", "-Infinity" and "NaN" (no status is spelled so)."""
     stats = json.loads(stats_json) if stats_json else {}
     out: dict[str, Any] = {"rows": stats.get("numRecords")}
     for key, (kind, col) in FILE_STATS.items():
         value = (stats.get(kind) or {}).get(col)
-        out[key] = float(value) if isinstance(value, str) and col == "ttl_end" else value
+        out[key] = float(value) if value in ("Infinity", "-Infinity", "NaN") else value
     return out
 
 
