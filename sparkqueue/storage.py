@@ -470,7 +470,10 @@ class Layout:
     def _replay(self, path: str, version: int, files: dict[str, dict[str, Any]],
                 upto: int) -> dict[str, dict[str, Any]] | None:
         """``files`` (the statistics at ``version``) moved on to ``upto`` by the
-        commits between; None when a commit file is gone (log retention)."""
+        commits between; None when a commit file is gone (log retention) or
+        the log is behind ``version`` (the table was made anew at this path)."""
+        if upto < version:
+            return None
         if upto == version:
             return files
         files = dict(files)
