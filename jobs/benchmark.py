@@ -8,13 +8,15 @@ Prints, in one run:
   the same append into a table with row tracking on (as a tube's inbox: task ids);
 - take(n) for n = 1, 1,000, 100,000 on an N-task tube, against a hand-written
   MERGE that flips the n lowest-id ready rows of a plain Delta table holding
-  the same rows (each a median of --repeat runs, after a warm-up run);
+  the same rows (each a median of --repeat runs, after a warm-up run), and the
+  same takes on a tube created with ``change_feed=False``;
 - a drain of N tasks, take + ack in batches of 100,000, in tasks per second,
   and the same drain by a ``Consumer`` (each batch's acks committed together
   with the next take: one MERGE per batch), against hand-written drains of
   plain Delta tables holding the same rows: one MERGE per batch deleting the
   previous batch and flipping the next, with Delta's change data feed off and
-  on (a tube's tasks table has it on: ``Tube.changes`` reads it).
+  on (a tube's tasks table has it on: ``Tube.changes`` reads it); the Consumer
+  drain also on a tube created with ``change_feed=False``.
 
 With --scale it adds take(1,000) on a 10,000-task tube against the same on a
 --big-task tube (10,000,000 by default; both written straight into the tasks
@@ -28,7 +30,8 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
 - 30,000 sub-queues of one task each: put all, then take + ack all;
 - busy sub-queues: 10 sub-queues of 1,000, 10,000 and 150,000 tasks, drained
   in order with window 10,000 (against a fifottl drain of the same rows in
-  the same batches, and by a Consumer), and with window 1: the cost of one take while nine of
+  the same batches, and by a Consumer, also on a tube with ``change_feed=False``),
+  and with window 1: the cost of one take while nine of
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
@@ -223,6 +226,9 @@ def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
         c = ingested(sq, f"c10k_{each}", "utube", rows, window=10_000)
         figures[f"utube_busy_{each}_consumer_w10000_s"] = timed(
             lambda c=c: consume_all(c, 100_000))
+        nf = ingested(sq, f"nf10k_{each}", "utube", rows, window=10_000, change_feed=False)
+        figures[f"utube_busy_{each}_consumer_w10000_no_feed_s"] = timed(
+            lambda nf=nf: consume_all(nf, 100_000))
         figures[f"utube_busy_{each}_drain_ratio"] = (
             figures[f"utube_busy_{each}_drain_w10000_s"] / figures[f"fifo_{each}_drain_s"])
         figures[f"utube_busy_{each}_drain_tasks_per_s"] = (
@@ -371,30 +377,40 @@ def main(argv: list[str] | None = None) -> int:
         # the first take moves the puts from the inbox into the tasks table: report it apart
         figures["first_take_with_ingest_s"] = timed(lambda: tube.take(1))
         tube.release_all()
+        # the same tasks in a tube that keeps no change feed (change_feed=False)
+        no_feed = ingested(sq, "bench_no_feed", "fifottl", rows, change_feed=False)
 
     if "take" in sections:
         plain_table(spark, f"{root}/plain_tasks", args.rows)
         for n in (int(x) for x in args.takes.split(",")):
             say(f"take({n}) against the hand-written MERGE")
             # time only the take: a release after each run keeps the table the same
-            take_times, merge_times = [], []
+            take_times, no_feed_times, merge_times = [], [], []
             for i in range(args.repeat + 1):
                 t = timed(lambda n=n: tube.take(n))
                 tube.release_all()
+                f = timed(lambda n=n: no_feed.take(n))
+                no_feed.release_all()
                 m = timed(lambda n=n: plain_take(spark, f"{root}/plain_tasks", n))
                 release_all_plain(spark, f"{root}/plain_tasks")
-                if i:  # the first pair is the warm-up
+                if i:  # the first round is the warm-up
                     take_times.append(t)
+                    no_feed_times.append(f)
                     merge_times.append(m)
             figures[f"take_{n}_s"] = statistics.median(take_times)
+            figures[f"take_{n}_no_feed_s"] = statistics.median(no_feed_times)
             figures[f"merge_{n}_s"] = statistics.median(merge_times)
             figures[f"take_{n}_ratio"] = figures[f"take_{n}_s"] / figures[f"merge_{n}_s"]
+            figures[f"take_{n}_no_feed_ratio"] = (
+                figures[f"take_{n}_no_feed_s"] / figures[f"merge_{n}_s"])
 
     if "drain" in sections:
         # take + ack by hand, then a Consumer (each batch's acks ride with the next take),
         # then the same batches drained by hand-written MERGEs on plain Delta tables
-        # (one MERGE per batch, as the Consumer), without and with the change feed
-        for key in ("drain", "consumer_drain", "plain_drain", "plain_drain_cdf"):
+        # (one MERGE per batch, as the Consumer), without and with the change feed; the
+        # Consumer also on a tube that keeps no change feed (change_feed=False)
+        for key in ("drain", "consumer_drain", "consumer_drain_no_feed", "plain_drain",
+                    "plain_drain_cdf"):
             say(f"{key} of {args.rows} tasks in batches of {args.drain_batch}")
             if key.startswith("plain"):
                 path = f"{root}/{key}"
@@ -402,7 +418,8 @@ def main(argv: list[str] | None = None) -> int:
                 start = time.perf_counter()
                 done = plain_drain(spark, path, args.drain_batch)
             else:
-                tube = ingested(sq, key, "fifottl", rows)
+                tube = ingested(sq, key, "fifottl", rows,
+                                change_feed=not key.endswith("_no_feed"))
                 start = time.perf_counter()
                 done = (drain_all if key == "drain" else consume_all)(tube, args.drain_batch)
             figures[f"{key}_tasks"] = done
@@ -410,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
             figures[f"{key}_tasks_per_s"] = done / figures[f"{key}_s"]
         for key in ("plain_drain", "plain_drain_cdf"):
             figures[f"consumer_drain_vs_{key}"] = figures["consumer_drain_s"] / figures[f"{key}_s"]
+        figures["consumer_drain_no_feed_vs_plain_drain"] = (
+            figures["consumer_drain_no_feed_s"] / figures["plain_drain_s"])
 
     if "utube" in sections:
         bench_utube(spark, sq, root, figures,

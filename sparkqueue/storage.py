@@ -89,6 +89,9 @@ TASK_COLUMNS: list[tuple[str, T.DataType]] = [
     ("put_token", T.StringType()),
     # the operation that last changed the row: the change feed's ``event``
     ("changed_by", T.StringType()),
+    # the token of the commit that last updated the row: how an operation reads
+    # back what its own commit changed, with or without a change feed
+    ("change_token", T.StringType()),
 ]
 
 #: Columns of the inbox table besides ``data``: the put's token and the options a
@@ -382,8 +385,13 @@ class Layout:
             _create_table(self.spark, self.stats, schema, {})
             self.latest_version(self.stats)
 
-    def create_tube_tables(self, tube: str) -> None:
-        """Create the inbox and tasks tables (idempotent); the cursor starts at version 0."""
+    def create_tube_tables(self, tube: str, change_feed: bool = True) -> None:
+        """Create the inbox and tasks tables (idempotent); the cursor starts at version 0.
+
+        ``change_feed``: the tasks table keeps Delta's change data feed (what
+        ``Tube.changes`` streams). It writes every changed row twice more
+        (before and after images), the largest single cost of a big take.
+        """
         _create_table(
             self.spark, self.inbox(tube),
             T.StructType([T.StructField(n, t) for n, t in INBOX_COLUMNS]),
@@ -395,7 +403,7 @@ class Layout:
             {
                 # Deletion vectors measured slower for the small MERGEs of a
                 # take/ack here (2.5 s against 1.2 s), so files are rewritten.
-                "delta.enableChangeDataFeed": "true",
+                "delta.enableChangeDataFeed": str(change_feed).lower(),
                 "delta.setTransactionRetentionDuration": "interval 7 days",
             },
         )
@@ -667,16 +675,30 @@ class Layout:
                             "metrics": dict(info.get("operationMetrics") or {})})
         return out
 
-    def changes_at(self, tube: str, version: int, spark: SparkSession | None = None) -> DataFrame:
-        """The rows one commit changed (CDF), as task rows; deleted rows read as ``done``."""
-        cdf = ((spark or self.spark).read.format("delta").option("readChangeFeed", "true")
-               .option("startingVersion", version).option("endingVersion", version)
-               .load(self.tasks(tube))
-               .where("_change_type IN ('update_postimage', 'insert', 'delete') AND task_id >= 0"))
-        return cdf.withColumn(
-            "status", F.when(F.col("_change_type") == "delete", F.lit("done"))
-            .otherwise(F.col("status"))
-        )
+    def changed_at(self, tube: str, version: int, token: str, lo: int, hi: int, *,
+                   updates: bool = True, removable: DataFrame | None = None) -> DataFrame:
+        """The task rows the commit at ``version`` (tagged ``token``) changed, from the
+        table itself (a tube may keep no change feed); rows it deleted read as ``done``.
+
+        ``updates``: the rows it updated, which carry its token in
+        ``change_token``. ``removable``: ids it may have deleted; those gone
+        are read at the version before, as no commit between the operation's
+        snapshot and its own changed them (its commit would have conflicted).
+        ``lo``/``hi`` bound every id the commit touched, so reads skip the
+        other files.
+        """
+        bounds = f"task_id BETWEEN {lo} AND {hi}"
+        spark = removable.sparkSession if removable is not None else self.spark
+        updated = (self.read(self.tasks(tube), spark, version).where(bounds)
+                   .where(F.col("change_token") == token))
+        if removable is None:
+            return updated
+        removed = (self.read(self.tasks(tube), spark, version - 1).where(bounds)
+                   .join(removable.select("task_id"), "task_id", "left_semi"))
+        if not updates:
+            return removed.withColumn("status", F.lit("done"))
+        removed = removed.join(updated.select("task_id"), "task_id", "left_anti")
+        return updated.unionByName(removed.withColumn("status", F.lit("done")))
 
 
 def _stats_of(stats_json: str | None) -> dict[str, Any]:

@@ -321,6 +321,7 @@ class Tube:
                     lo, hi, counts = acking[0], acking[-1], dict[str, int]()
                 else:
                     base, lo, hi, counts = picked
+                chosen = base  # the op's own ids (without the acks riding along)
                 acks = None
                 if acking:
                     acks = st.id_frame(sess, acking)
@@ -367,6 +368,7 @@ class Tube:
                     action: dict[str, str | Column] = {
                         k: v.format(**ctx) for k, v in op.action.items()}
                     action["changed_by"] = f"'{op.name}'"
+                    action["change_token"] = f"'{tag.token}'"
                     action["next_event"] = st.next_event(*(
                         str(action.get(k, f"t.{k}"))
                         for k in ("status", "delay_end", "lease_end", "ttl_end")))
@@ -387,12 +389,16 @@ class Tube:
                     raise (self._diagnose(self._ACK, acks, failed, who, now) if acks is not None
                            else self._diagnose(op, base, failed, who, now)) from e
                 version = layout.commit_version(path, tag.token, before)
-            changes = layout.changes_at(self.name, version).select(*st.PUBLIC_COLUMNS)
-            if acking:
-                self._emit(changes.where("status = 'done'"), "ack")
+            changes = layout.changed_at(
+                self.name, version, tag.token, lo, hi, updates=op.action is not None,
+                removable=chosen if op.action is None or op.delete_when else None,
+            ).select(*st.PUBLIC_COLUMNS)
+            if acks is not None:
+                self._emit(layout.changed_at(self.name, version, tag.token, lo, hi,
+                                             updates=False, removable=acks)
+                           .select(*st.PUBLIC_COLUMNS), "ack")
                 if picked is None:
                     return None
-                changes = changes.where("status <> 'done'")
             return changes, counts
 
         result = self._guarded(lambda: st.retrying(
@@ -1081,6 +1087,9 @@ class Tube:
         >>> burials = tube.changes().where("event = 'bury'")              # doctest: +SKIP
         >>> burials.writeStream.format("console").start()                # doctest: +SKIP
         """
+        if not self.options.get("change_feed", True):
+            raise NotSupported(f"tube {self.name!r} was created with change_feed=False: "
+                               "it keeps no change feed to stream")
         return streaming.changes(self, starting_version)
 
     def on_task_change(self, callback: Callback | None = None) -> Callback | None:
@@ -1136,6 +1145,7 @@ def _task_columns(joined: DataFrame) -> DataFrame:
         F.col("inbox_version"),
         F.col("put_token"),
         F.lit("put").alias("changed_by"),
+        F.lit(None).cast("string").alias("change_token"),
         F.col("data"),
     )
     # every column nullable, as the same columns read from a table are (a CASE

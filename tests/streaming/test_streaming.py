@@ -14,7 +14,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 import sparkqueue
-from sparkqueue import Consumer, FakeClock, InvalidOption, NotOwner, Queue
+from sparkqueue import Consumer, FakeClock, InvalidOption, NotOwner, NotSupported, Queue
 from tests.conftest import ids, versions
 
 HERE = Path(__file__).parent
@@ -108,6 +108,24 @@ def test_change_feed_reports_each_transition(sq: Queue, spark: SparkSession) -> 
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
     with pytest.raises(InvalidOption, match="starting_version"):
         t.changes(starting_version=-1)
+
+
+def test_a_tube_without_change_feed_keeps_none_and_refuses_changes(
+        sq: Queue, spark: SparkSession) -> None:
+    with pytest.raises(InvalidOption, match="change_feed must be a bool"):
+        sq.create_tube("t", change_feed="no")  # type: ignore[arg-type]
+    assert sq.tubes() == []
+    t = sq.create_tube("t", "fifottl", change_feed=False)
+    t.put([{"n": 0}, {"n": 1}])
+    assert ids(t.take(2)) == [0, 1]
+    done = t.ack(0).select("task_id", "status", "data.n")
+    assert_df_equality(done, spark.createDataFrame([(0, "done", 0)], done.schema))
+    properties = spark.sql(f"DESCRIBE DETAIL delta.`{t._layout.tasks('t')}`").first()
+    assert properties is not None
+    assert properties["properties"].get("delta.enableChangeDataFeed") == "false"
+    for tube in (t, sparkqueue.connect(spark, sq.root).tube("t")):  # kept in the registry
+        with pytest.raises(NotSupported, match="change_feed=False"):
+            tube.changes()
 
 
 def test_consumer_acks_retries_with_growing_delays_then_buries(
