@@ -21,7 +21,10 @@ a task is never ingested twice, even after it was acked and removed.
 
 Every commit is tagged with ``commitInfo.userMetadata`` (JSON: the operation
 and a token), which is how call statistics survive restarts and cover every
-process, and how an operation finds the version it committed.
+process, and how an operation finds the version it committed. The rows a
+commit updates carry its token in ``change_token``: an operation reads its
+result from the table at its version (:meth:`Layout.changed_at`), so the
+change data feed serves only ``Tube.changes`` and a tube may keep none.
 """
 
 from __future__ import annotations
