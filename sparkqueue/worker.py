@@ -211,7 +211,7 @@ class Consumer:
 
 def _taken_counts(batch: DataFrame) -> dict[int, int]:
     """``task_id -> taken_count`` of a batch, collected through Arrow (columnar: no
-    Python Row object per task, which is most of ``collect()``'s cost on big batches)."""
+    Python Row object per task, as ``collect()`` builds)."""
     table = batch.select("task_id", "taken_count").toArrow()
     return dict(zip(table.column("task_id").to_pylist(),
                     table.column("taken_count").to_pylist(), strict=True))
