@@ -393,7 +393,8 @@ class Layout:
 
         ``change_feed``: the tasks table keeps Delta's change data feed (what
         ``Tube.changes`` streams). It writes every changed row twice more
-        (before and after images), the largest single cost of a big take.
+        (before and after images): the largest cost a big take pays beyond
+        a plain MERGE.
         """
         _create_table(
             self.spark, self.inbox(tube),
