@@ -16,8 +16,9 @@ and assigned at commit without making concurrent appends conflict.
 Inbox rows reach the tasks table through *ingest*: an idempotent append
 (``txnAppId = sq-ingest-<cursor>``) of the inbox rows committed after the
 cursor, together with a marker row recording the new cursor (markers have
-negative task ids). Ingesting from a given cursor can happen at most once, so
-a task is never ingested twice, even after it was acked and removed.
+negative task ids; ``order_key`` holds the next task id). Ingesting from a
+given cursor can happen at most once, so a task is never ingested twice,
+even after it was acked and removed.
 
 Every commit is tagged with ``commitInfo.userMetadata`` (JSON: the operation
 and a token), which is how call statistics survive restarts and cover every
@@ -38,7 +39,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
@@ -60,6 +61,8 @@ __all__ = [
     "id_frame",
     "without_ids",
     "CommitTag",
+    "Cursor",
+    "PutFile",
     "retrying",
 ]
 
@@ -89,7 +92,6 @@ TASK_COLUMNS: list[tuple[str, T.DataType]] = [
     ("taken_count", T.LongType()),
     ("buried_count", T.LongType()),
     ("inbox_version", T.LongType()),
-    ("put_token", T.StringType()),
     # the operation that last changed the row: the change feed's ``event``
     ("changed_by", T.StringType()),
     # the token of the commit that last updated the row: how an operation reads
@@ -97,11 +99,11 @@ TASK_COLUMNS: list[tuple[str, T.DataType]] = [
     ("change_token", T.StringType()),
 ]
 
-#: Columns of the inbox table besides ``data``: the put's token and the options a
-#: put gave as Columns, one value per row (NULL: the put's tag has the value).
-#: task_id comes from the row id, everything else from the put's commit tag.
+#: Columns of the inbox table besides ``data``: the options a put gave as
+#: Columns, one value per row (NULL: the put's tag has the value). task_id comes
+#: from the row's place in the log (:meth:`Layout.put_files`), everything else
+#: from the put's commit tag.
 INBOX_COLUMNS: list[tuple[str, T.DataType]] = [
-    ("put_token", T.StringType()),
     ("pri", T.LongType()),
     ("utube", T.StringType()),
     ("ttl", T.DoubleType()),
@@ -256,6 +258,23 @@ def without_ids(frame: DataFrame, ids: list[int], spark: SparkSession) -> DataFr
     return frame.join(F.broadcast(id_frame(spark, ids)), "task_id", "left_anti")
 
 
+class Cursor(NamedTuple):
+    """How far ingest got: the last inbox version ingested, and the next task id."""
+
+    version: int
+    next_id: int
+
+
+@dataclass(frozen=True)
+class PutFile:
+    """A data file a put added to the inbox (see :meth:`Layout.put_files`)."""
+
+    name: str
+    version: int  #: the inbox commit that added it
+    first_id: int  #: the task id of its first row
+    tag: dict[str, Any]  #: the put's tag: the values its rows do not carry
+
+
 @dataclass(frozen=True)
 class CommitTag:
     """What a commit says about itself in ``commitInfo.userMetadata``."""
@@ -338,7 +357,9 @@ class Layout:
         self.spark = spark
         self.root = root.rstrip("/")
         self._versions: dict[str, int] = {}
-        self._cursors: dict[str, tuple[int, int]] = {}  # tasks path: (version seen, cursor)
+        self._cursors: dict[str, tuple[int, Cursor]] = {}  # tasks path: (version seen, cursor)
+        # inbox path: (anchor, version read up to, its put files, next id), see put_files
+        self._put_files: dict[str, tuple[Cursor, int, list[PutFile], int]] = {}
         # tasks path: (version, {data file: its statistics}), see file_stats
         self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
 
@@ -399,7 +420,13 @@ class Layout:
         _create_table(
             self.spark, self.inbox(tube),
             T.StructType([T.StructField(n, t) for n, t in INBOX_COLUMNS]),
-            {"delta.enableRowTracking": "true"},
+            # Deletion vectors only for what they make Delta expose: a row's place in
+            # its file (``_metadata.row_index``), half of its task id. Not row
+            # tracking: it makes every append rebuild the snapshot's state (three
+            # Spark jobs, ~0.7 s here, whatever the put's size). Inbox files must
+            # never be rewritten (ids would move): no auto compaction.
+            {"delta.enableDeletionVectors": "true",
+             "delta.autoOptimize.autoCompact": "false"},
         )
         _create_table(
             self.spark, self.tasks(tube),
@@ -412,12 +439,13 @@ class Layout:
             },
         )
 
-    def write_marker(self, tube: str, inbox_version: int, *, app_id: str,
+    def write_marker(self, tube: str, cursor: Cursor, *, app_id: str,
                      rows: DataFrame) -> None:
-        """Append ``rows`` (ingested tasks) and the cursor marker, at most once per ``app_id``."""
+        """Append ``rows`` (ingested tasks) and the marker of the new ``cursor``,
+        at most once per ``app_id``."""
         marker = rows.sparkSession.createDataFrame(
-            [(-1 - inbox_version, MARKER, inbox_version)],
-            "task_id long, status string, inbox_version long",
+            [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)],
+            "task_id long, status string, inbox_version long, order_key long",
         )
         frame = rows.unionByName(marker, allowMissingColumns=True)
         (frame.write.format("delta").mode("append")
@@ -549,7 +577,7 @@ class Layout:
 
     def forget(self, path_prefix: str) -> None:
         """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
-        for cache in (self._versions, self._cursors, self._stats_by_file):
+        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files):
             for key in [k for k in cache if k.startswith(path_prefix)]:
                 del cache[key]
 
@@ -631,29 +659,127 @@ class Layout:
                     break
         return out
 
-    def cursor(self, tube: str) -> int:
-        """The last inbox version ingested into the tasks table.
+    def cursor(self, tube: str) -> Cursor:
+        """The last inbox version ingested into the tasks table, and the next task id.
 
         Ingests chain (each starts from the cursor the previous one left), so
-        the newest ingest commit's tag (``upto``) is the cursor: read from the
-        log, from where this process last looked or, in a new process, back
-        from the newest commit. Only when the log no longer holds an ingest
-        (log retention) are the marker rows themselves read, with Spark.
+        the newest ingest commit's tag (``upto``, ``next_id``) is the cursor:
+        read from the log, from where this process last looked or, in a new
+        process, back from the newest commit. Only when the log no longer
+        holds an ingest (log retention) is the newest marker row read, with
+        Spark. A new tube's cursor is version 0 (its creation), id 0.
         """
         path = self.tasks(tube)
         latest = self.latest_version(path)
-        seen, cursor = self._cursors.get(path, (-1, -1))
+        seen, cursor = self._cursors.get(path, (-1, Cursor(0, 0)))
         if seen < latest:
             since = seen if seen >= 0 else max(-1, latest - CURSOR_LOOKBACK)
-            found = [h for h in self.history(path, since) if h["tag"]["sq"] == "ingest"]
-            if found and "upto" in found[-1]["tag"]:
-                cursor = int(found[-1]["tag"]["upto"])
-            elif found or seen < 0:
-                row = (self.read(path).where("task_id < 0")
-                       .agg(F.max("inbox_version")).first())
-                cursor = int(row[0]) if row is not None and row[0] is not None else 0
+            found = [h["tag"] for h in self.history(path, since) if h["tag"]["sq"] == "ingest"]
+            if found:
+                cursor = Cursor(int(found[-1]["upto"]), int(found[-1]["next_id"]))
+            elif seen < 0:
+                row = (self.read(path).where("task_id < 0").orderBy(F.desc("inbox_version"))
+                       .select("inbox_version", "order_key").first())
+                if row is not None:
+                    cursor = Cursor(int(row[0]), int(row[1]))
             self._cursors[path] = (latest, cursor)
-        return max(cursor, 0)
+        return cursor
+
+    def put_files(self, tube: str, anchor: Cursor, upto: int) -> tuple[list[PutFile], int]:
+        """The data files the inbox's put commits after ``anchor`` up to ``upto``
+        added, in id order, each with its first task id; and the id after them.
+
+        Ids count the rows put: the first file of a put commit starts where
+        the previous commit's rows ended, files within a commit follow their
+        names (Spark's part numbers: the DataFrame's partition order), a row's
+        id is its file's first id plus its place in the file. All of it is in
+        the commit files (each ``add`` carries its row count), so ids cost no
+        Spark job, and an append needs no table feature that makes Delta read
+        state at commit (row tracking does). Remembered per inbox from the last
+        anchor: a producer whose puts nobody ingests yet reads each commit once.
+        """
+        inbox = self.inbox(tube)
+        known = self._put_files.get(inbox)
+        if known is None or known[0] != anchor:
+            known = (anchor, anchor.version, [], anchor.next_id)
+        _, done, files, next_id = known
+        if done >= upto:  # read further before: the files up to ``upto`` only
+            later = [f.first_id for f in files if f.version > upto]
+            return [f for f in files if f.version <= upto], (later[0] if later else next_id)
+        files = list(files)
+        log, fs = self._fs(inbox)
+        for version in range(done + 1, upto + 1):
+            text = self._commit_text(log, fs, version)
+            if text is None:
+                raise QueueError(f"commit {version} of {inbox} is gone from the Delta log "
+                                 "(log retention) before its puts were ingested")
+            actions = [json.loads(line) for line in text.splitlines()]
+            info: dict[str, Any] = next(
+                (a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            tag = parse_tag(info.get("userMetadata"))
+            if any("remove" in a for a in actions) and (tag or {}).get("sq") != "purge":
+                raise QueueError(
+                    f"commit {version} of {inbox} ({info.get('operation')}) rewrote inbox files: "
+                    "task ids are places in the files puts wrote, so the inbox must not be "
+                    "compacted or changed outside sparkqueue")
+            if tag is None or tag["sq"] != "put":
+                continue
+            adds = sorted((a["add"] for a in actions if "add" in a), key=lambda a: a["path"])
+            counts = self._row_counts(inbox, version, adds)
+            for add, rows in zip(adds, counts, strict=True):
+                files.append(PutFile(add["path"].rsplit("/", 1)[-1], version, next_id, tag["put"]))
+                next_id += rows
+        self._put_files[inbox] = (anchor, upto, files, next_id)
+        return files, next_id
+
+    def _row_counts(self, path: str, version: int, adds: list[dict[str, Any]]) -> list[int]:
+        """Rows in each added file: its statistics, or (statistics off) a count with Spark."""
+        counts = [_stats_of(a.get("stats"))["rows"] for a in adds]
+        if None not in counts:
+            return [int(c) for c in counts]
+        names = [a["path"].rsplit("/", 1)[-1] for a in adds]
+        found: dict[str, int] = dict(self.read(path, version=version)
+                     .where(F.col("_metadata.file_name").isin(names))
+                     .groupBy("_metadata.file_name").count().collect())
+        return [int(found.get(n, 0)) for n in names]
+
+    def purge_inbox(self, tube: str, cursor: Cursor) -> int:
+        """Remove the inbox files of the puts up to ``cursor`` (ingested); rows removed.
+
+        One commit of ``remove`` actions, tagged ``purge``, made through
+        Delta's transaction API (as :meth:`rewrite_files`; a DELETE cannot
+        name files): no data file is read or rewritten, so the files that
+        remain, whose rows are not ingested yet, keep every row in its place
+        (a row's place is half its task id). It reads no data, so concurrent
+        puts (blind appends) do not conflict with it.
+        """
+        inbox = self.inbox(tube)
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+            self.spark._jsparkSession, inbox)
+        txn = log.startTransaction()
+        newer, _ = self.put_files(tube, cursor, int(txn.snapshot().version()))
+        keep = {f.name for f in newer}
+        old = [a for a in txn.snapshot().allFiles().collectAsList()
+               if a.path().rsplit("/", 1)[-1] not in keep]
+        if not old:
+            return 0
+        now = int(time.time() * 1000)
+        rows = sum(int(_stats_of(a.stats())["rows"] or 0) for a in old)
+        actions = [a.removeWithTimestamp(now, True) for a in old]
+        operation = getattr(getattr(
+            jvm, "org.apache.spark.sql.delta.DeltaOperations$ManualUpdate$"), "MODULE$")
+        sessions = SparkSession._get_j_spark_session_class(jvm)
+        with self.tagged(CommitTag.new("purge")) as sess:
+            # Delta takes commitInfo.userMetadata from the thread's active session
+            sessions.setActiveSession(sess._jsparkSession)
+            try:
+                txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(),
+                           operation)
+            finally:
+                sessions.setActiveSession(self.spark._jsparkSession)
+        return rows
 
     def commit_version(self, path: str, token: str, after_version: int) -> int:
         """The version of the commit tagged with ``token``, made after ``after_version``."""

@@ -149,9 +149,10 @@ def new_sweep_id() -> str:
 def purge(tube: Tube) -> int:
     """Remove superseded cursor markers and already-ingested inbox rows; rows removed.
 
-    Both are DELETEs that conflict only with ingests and puts (appends, which
-    never lose: the purge retries, and after PURGE_PATIENCE seconds of
-    conflicts leaves the rest for the next pass).
+    The markers' DELETE conflicts only with ingests (appends, which never
+    lose: the purge retries, and after PURGE_PATIENCE seconds of conflicts
+    leaves the rest for the next pass); the inbox's removal of whole files
+    (:meth:`Layout.purge_inbox`) reads no data, so puts do not abort it.
     """
     deadline = time.monotonic() + PURGE_PATIENCE
     removed = 0
@@ -179,18 +180,7 @@ def _purge_markers(tube: Tube) -> int:
 
 def _purge_inbox(tube: Tube) -> int:
     layout = tube._layout
-    inbox = layout.inbox(tube.name)
-    cursor = layout.cursor(tube.name)
-    tokens = [r[0] for r in layout.read(inbox)
-              .where(F.col("_metadata.row_commit_version") <= cursor)
-              .select("put_token").distinct().collect()]
-    if not tokens:
-        return 0
-    tag = CommitTag.new("purge")
-    before = layout.latest_version(inbox)
-    with layout.tagged(tag) as sess:
-        DeltaTable.forPath(sess, inbox).delete(F.col("put_token").isin(tokens))
-    return layout.commit_metric(inbox, tag.token, before, "numDeletedRows")
+    return layout.purge_inbox(tube.name, layout.cursor(tube.name))
 
 
 # -- compaction and vacuum -------------------------------------------------------------

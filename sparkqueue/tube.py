@@ -181,36 +181,37 @@ class Tube:
 
     # -- inbox → tasks ----------------------------------------------------------------
 
-    def _pending(self, spark: SparkSession, cursor: int, upto: int) -> DataFrame | None:
-        """Inbox rows committed after ``cursor`` up to ``upto``, as task rows.
+    def _pending(self, spark: SparkSession, anchor: st.Cursor, upto: int,
+                 after: int | None = None) -> DataFrame | None:
+        """Inbox rows of the puts after ``anchor`` (or after version ``after``) up to
+        ``upto``, as task rows.
 
-        A task's id is its inbox row id; its other columns come from the row
+        A task's id is its file's first id plus its place in the file
+        (:meth:`Layout.put_files`); its other columns come from the row
         (options given as Columns) and from its put's commit tag (the rest).
         """
-        if upto <= cursor:
+        files, _ = self._layout.put_files(self.name, anchor, upto)
+        files = [f for f in files if after is None or f.version > after]
+        if not files:
             return None
-        inbox = self._layout.inbox(self.name)
-        puts = [(h["version"], h["tag"]["put"]) for h in self._layout.history(inbox, cursor)
-                if h["tag"]["sq"] == "put" and h["version"] <= upto]
-        if not puts:
-            return None
-        rows = (self._layout.read(inbox, spark, version=upto)
-                .where(F.col("_metadata.row_commit_version") > cursor)
-                .select("*", F.col("_metadata.row_id").alias("task_id"),
-                        F.col("_metadata.row_commit_version").alias("inbox_version")))
-        values = [(v, float(t["now"]), int(t["pri"]), t.get("utube"), t.get("ttl"),
-                   t.get("ttr"), t.get("delay")) for v, t in puts]
+        rows = self._layout.read(self._layout.inbox(self.name), spark, version=upto).select(
+            "*", F.col("_metadata.file_name").alias("_file"),
+            F.col("_metadata.row_index").alias("_row"))
+        fields = FILE_TAG_FIELDS + PUT_TAG_FIELDS
+        values = [(f.name, f.first_id, f.version, float(f.tag["now"]), int(f.tag["pri"]),
+                   *[f.tag.get(k) for k in ("utube", "ttl", "ttr", "delay")]) for f in files]
         if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job
             tags = F.create_map(*[c for v in values for c in (
                 F.lit(v[0]), F.struct(*[F.lit(x).cast(t).alias(k) for x, (k, t)
-                                        in zip(v[1:], PUT_TAG_FIELDS, strict=True)]))])
-            return _task_columns(rows.where(F.col("inbox_version").isin([v[0] for v in values]))
-                                 .withColumn("c", F.element_at(tags, F.col("inbox_version"))))
-        table = spark.createDataFrame(values, "version long, " + ", ".join(
-            f"{k} {t}" for k, t in PUT_TAG_FIELDS))
-        table = table.select("version", F.struct(*[k for k, _ in PUT_TAG_FIELDS]).alias("c"))
-        return _task_columns(rows.join(F.broadcast(table),
-                                       rows["inbox_version"] == table["version"]))
+                                        in zip(v[1:], fields, strict=True)]))])
+            rows = (rows.where(F.col("_file").isin([v[0] for v in values]))
+                    .withColumn("c", F.element_at(tags, F.col("_file"))))
+        else:
+            table = spark.createDataFrame(values, "file string, " + ", ".join(
+                f"{k} {t}" for k, t in fields))
+            table = table.select("file", F.struct(*[k for k, _ in fields]).alias("c"))
+            rows = rows.join(F.broadcast(table), rows["_file"] == table["file"])
+        return _task_columns(rows)
 
     def _ingest(self) -> None:
         """Move tasks put since the last ingest into the tasks table, exactly once."""
@@ -219,16 +220,18 @@ class Tube:
         if upto <= self._ingested_upto:
             return
         cursor = layout.cursor(self.name)
-        if upto > cursor:
+        if upto > cursor.version:
             tasks = layout.tasks(self.name)
             before = layout.latest_version(tasks)
-            tag = CommitTag.new("ingest", upto=upto)
+            _, next_id = layout.put_files(self.name, cursor, upto)
+            tag = CommitTag.new("ingest", upto=upto, next_id=next_id)
             with layout.tagged(tag) as sess:
                 rows = self._pending(sess, cursor, upto)
                 if rows is None:  # only the sweeper's commits (purge, vacuum) since
                     self._ingested_upto = upto
                     return
-                layout.write_marker(self.name, upto, app_id=f"sq-ingest-{cursor}", rows=rows)
+                layout.write_marker(self.name, st.Cursor(upto, next_id),
+                                    app_id=f"sq-ingest-{cursor.version}", rows=rows)
             # the append is skipped when another process ingested from this cursor
             # first, maybe up to an older version: then only the cursor tells
             if not any(tag.token in (info.get("userMetadata") or "")
@@ -629,9 +632,9 @@ class Tube:
         if self.driver.uses_capacity:
             self._wait_for_room(frame, opts.timeout)
         # Options that are one value for the whole put travel in the commit's tag,
-        # not in a million identical cells: the rows carry the payload, the token
-        # (the sweeper's purge deletes by it) and only the options given as Columns.
-        # Ingest derives every task column from both (``_task_columns``).
+        # not in a million identical cells: the rows carry the payload and only the
+        # options given as Columns. Ingest derives every task column from both
+        # (``_task_columns``), the id from the row's place in the log.
         put: dict[str, Any] = {"now": self._now()}
         cols: list[Column] = []
         for key in ("ttl", "ttr", "delay"):
@@ -650,8 +653,8 @@ class Tube:
         elif utube is not None:
             put["utube"] = utube
         tag = CommitTag.new("put", put=put)
-        rows = frame.select(F.lit(tag.token).alias("put_token"), F.col(PAYLOAD).alias("data"),
-                            *cols)
+        rows = frame.select(F.col(PAYLOAD).alias("data"), *cols)
+        anchor = layout.cursor(self.name)  # ids count from here; read before the append
         before = layout.latest_version(inbox)
         try:
             writer = rows.write.format("delta").mode("append").option("userMetadata", tag.json())
@@ -671,9 +674,8 @@ class Tube:
         if not found:  # an idempotent append Delta skipped: written before
             return None
         version = found[0]
-        pending = self._pending(self._spark, version - 1, version)
-        assert pending is not None
-        created = pending.select(*st.PUBLIC_COLUMNS)
+        pending = self._pending(self._spark, anchor, version, after=version - 1)
+        created = self._empty() if pending is None else pending.select(*st.PUBLIC_COLUMNS)
         if single:
             row = created.first()
             assert row is not None
@@ -1108,12 +1110,15 @@ class Tube:
 #: A put's options that were one value for all its tasks (its commit tag's ``put``).
 PUT_TAG_FIELDS = [("now", "double"), ("pri", "long"), ("utube", "string"), ("ttl", "double"),
                   ("ttr", "double"), ("delay", "double")]
+#: What ingest knows of each inbox file besides its put's tag (see ``_pending``).
+FILE_TAG_FIELDS = [("first_id", "long"), ("inbox_version", "long")]
 #: Ingests of up to this many puts carry the puts' tag values as a literal map.
 TAGS_INLINE = 64
 
 
 def _task_columns(joined: DataFrame) -> DataFrame:
-    """Task rows from inbox rows with their put's tag values in struct ``c``.
+    """Task rows from inbox rows (with their place ``_row`` in their file) and,
+    in struct ``c``, their file's first id and commit and their put's tag values.
 
     Tarantool's timing rules for a new task: ttl counts from the put and
     includes the delay; ttr defaults to ttl; a delayed task waits until
@@ -1125,11 +1130,12 @@ def _task_columns(joined: DataFrame) -> DataFrame:
     ttr = F.coalesce("ttr", "c.ttr", ttl)
     delay = F.coalesce("delay", "c.delay", F.lit(0.0))
     ttl_end = now + delay + ttl
+    task_id = F.col("c.first_id") + F.col("_row")
     rows = joined.select(
-        F.col("task_id"),
+        task_id.alias("task_id"),
         F.when(delay > 0, "delayed").otherwise("ready").alias("status"),
         F.coalesce("pri", "c.pri").alias("pri"),
-        F.col("task_id").alias("order_key"),
+        task_id.alias("order_key"),
         F.coalesce("utube", "c.utube").alias("utube"),
         now.alias("created"),
         ttl.alias("ttl"),
@@ -1142,8 +1148,7 @@ def _task_columns(joined: DataFrame) -> DataFrame:
         F.lit(None).cast("string").alias("lease_token"),
         F.lit(0).cast("long").alias("taken_count"),
         F.lit(0).cast("long").alias("buried_count"),
-        F.col("inbox_version"),
-        F.col("put_token"),
+        F.col("c.inbox_version").alias("inbox_version"),
         F.lit("put").alias("changed_by"),
         F.lit(None).cast("string").alias("change_token"),
         F.col("data"),
