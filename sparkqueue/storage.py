@@ -9,9 +9,10 @@ Layout of a queue root::
 
 Why two tables: open-source Delta offers only Serializable isolation, under
 which a blind append to a table aborts every concurrent MERGE that read it.
-Puts therefore never touch the table that takes read. Task ids are Delta row
-ids of the inbox (row tracking): unique forever, increasing in commit order,
-and assigned at commit without making concurrent appends conflict.
+Puts therefore never touch the table that takes read. Task ids count the rows
+put, in commit order (:meth:`Layout.put_files`): a row's id is the number of
+rows the inbox's put commits added before it, known from the Delta log once
+its commit landed, so concurrent appends never conflict over ids.
 
 Inbox rows reach the tasks table through *ingest*: an idempotent append
 (``txnAppId = sq-ingest-<cursor>``) of the inbox rows committed after the
@@ -675,6 +676,9 @@ class Layout:
         if seen < latest:
             since = seen if seen >= 0 else max(-1, latest - CURSOR_LOOKBACK)
             found = [h["tag"] for h in self.history(path, since) if h["tag"]["sq"] == "ingest"]
+            if found and "next_id" not in found[-1]:
+                raise QueueError(f"tube {tube!r} was made by an earlier sparkqueue (task ids "
+                                 "from Delta row tracking), which this one does not read")
             if found:
                 cursor = Cursor(int(found[-1]["upto"]), int(found[-1]["next_id"]))
             elif seen < 0:
