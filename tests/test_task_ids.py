@@ -93,3 +93,15 @@ def test_an_inbox_rewritten_outside_sparkqueue_is_refused(sq: Queue, spark: Spar
         t.take(2)
     assert "must not be compacted" in str(err.value)
     assert json.loads(newest.read_text().splitlines()[0])["commitInfo"]["operation"] == "OPTIMIZE"
+
+
+def test_a_puts_tag_values_reach_its_tasks_exactly(sq: Queue, clock: FakeClock) -> None:
+    """A put's one-value options travel in its commit tag and reach the task through
+    SQL text: quotes and backslashes in a sub-queue name, and fractions, survive."""
+    clock.advance(0.123456)
+    t = sq.create_tube("tags", "utubettl")
+    name = "it's a \\ back'slash\\'"
+    t.put({"n": 1}, utube=name, ttl=1.5, ttr=0.25, pri=3)
+    row = t.take(1).collect()[0]
+    assert (row["utube"], row["ttl"], row["ttr"], row["pri"]) == (name, 1.5, 0.25, 3)
+    assert row["created"] == 1_700_000_000.123456
