@@ -556,7 +556,7 @@ class Layout:
     # operation needs the latest version and the version it committed, so the
     # JSON commit files are read through the Hadoop FileSystem instead.
 
-    def _fs(self, path: str) -> Any:
+    def _fs(self, path: str) -> tuple[Any, Any]:
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
@@ -668,7 +668,8 @@ class Layout:
         read from the log, from where this process last looked or, in a new
         process, back from the newest commit. Only when the log no longer
         holds an ingest (log retention) is the newest marker row read, with
-        Spark. A new tube's cursor is version 0 (its creation), id 0.
+        Spark. A tube whose whole log holds no ingest (a new one) is at
+        version 0 (its creation), id 0.
         """
         path = self.tasks(tube)
         latest = self.latest_version(path)
@@ -681,6 +682,8 @@ class Layout:
                                  "from Delta row tracking), which this one does not read")
             if found:
                 cursor = Cursor(int(found[-1]["upto"]), int(found[-1]["next_id"]))
+            elif since < 0 and self._commit_text(*self._fs(path), 0) is not None:
+                cursor = Cursor(0, 0)  # the whole log read, no ingest in it: a new tube
             elif seen < 0:
                 row = (self.read(path).where("task_id < 0").orderBy(F.desc("inbox_version"))
                        .select("inbox_version", "order_key").first())
