@@ -1150,7 +1150,8 @@ def _task_row_sql() -> dict[str, str]:
 
 
 #: ``_task_columns`` as SQL text: two ``selectExpr`` calls cost far less to build
-#: than some sixty Column objects, each a round trip to the JVM (~0.2 s per put).
+#: than some sixty Column objects, each a round trip to the JVM (in a profile of
+#: put, the result's rows took 0.07 s this way and 0.36 s as Columns).
 _TASK_ROW_SQL = [f"{sql} AS {name}" for name, sql in _task_row_sql().items()]
 # every column nullable, as the same columns read from a table are (a CASE
 # without ELSE is nullable), so results compare equal whichever way they came
