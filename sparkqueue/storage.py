@@ -757,8 +757,8 @@ class Layout:
         Delta's transaction API (as :meth:`rewrite_files`; a DELETE cannot
         name files): no data file is read or rewritten, so the files that
         remain, whose rows are not ingested yet, keep every row in its place
-        (a row's place is half its task id). It reads no data, so concurrent
-        puts (blind appends) do not conflict with it.
+        (a row's place is half its task id). It reads no data, so by Delta's
+        conflict rules concurrent puts (blind appends) do not abort it.
         """
         inbox = self.inbox(tube)
         jvm = self.spark.sparkContext._jvm

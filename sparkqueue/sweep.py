@@ -152,7 +152,8 @@ def purge(tube: Tube) -> int:
     The markers' DELETE conflicts only with ingests (appends, which never
     lose: the purge retries, and after PURGE_PATIENCE seconds of conflicts
     leaves the rest for the next pass); the inbox's removal of whole files
-    (:meth:`Layout.purge_inbox`) reads no data, so puts do not abort it.
+    (:meth:`Layout.purge_inbox`) reads no data, so by Delta's conflict rules
+    puts do not abort it.
     """
     deadline = time.monotonic() + PURGE_PATIENCE
     removed = 0
