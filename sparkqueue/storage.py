@@ -700,8 +700,9 @@ class Layout:
         the previous commit's rows ended, files within a commit follow their
         names (Spark's part numbers: the DataFrame's partition order), a row's
         id is its file's first id plus its place in the file. All of it is in
-        the commit files (each ``add`` carries its row count), so ids cost no
-        Spark job, and an append needs no table feature that makes Delta read
+        the commit files (each ``add`` carries its row count, unless Delta's
+        statistics are off: then one Spark count), so ids cost no Spark job,
+        and an append needs no table feature that makes Delta read
         state at commit (row tracking does). Remembered per inbox from the last
         anchor: a producer whose puts nobody ingests yet reads each commit once.
         """
