@@ -56,6 +56,7 @@ __all__ = [
     "TASK_COLUMNS",
     "PUBLIC_COLUMNS",
     "sql_num",
+    "sql_literal",
     "effective_status",
     "ready_when",
     "head_bound",
@@ -158,6 +159,15 @@ def sql_num(x: float | int) -> str:
     if math.isinf(x):
         return "CAST('Infinity' AS DOUBLE)" if x > 0 else "CAST('-Infinity' AS DOUBLE)"
     return f"CAST({float(x)!r} AS DOUBLE)"
+
+
+def sql_literal(value: Any, kind: str) -> str:
+    """A SQL literal of type ``kind`` (long, double or string); NULL for None."""
+    if value is None:
+        return f"CAST(NULL AS {kind.upper()})"
+    if kind == "string":
+        return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return sql_num(float(value)) if kind == "double" else f"CAST({int(value)} AS BIGINT)"
 
 
 def effective_status(now: float, prefix: str = "") -> str:
@@ -605,9 +615,7 @@ class Layout:
         """
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
-        log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
-            self.spark._jsparkSession, path)
-        txn = log.startTransaction()
+        txn = self._start_transaction(path)
         wanted = set(names)
         old = [a for a in txn.snapshot().allFiles().collectAsList() if a.path() in wanted]
         if len(old) < 2:
@@ -625,11 +633,35 @@ class Layout:
         now = int(time.time() * 1000)
         for a in old:
             actions.add(a.removeWithTimestamp(now, False))
+        self._commit_actions(txn, actions)
+        return len(old)
+
+    def _start_transaction(self, path: str) -> Any:
+        """A Delta transaction on the newest snapshot of ``path`` (Delta's internal API)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+            self.spark._jsparkSession, path)
+        return log.startTransaction()
+
+    def _commit_actions(self, txn: Any, actions: Any, tag: CommitTag | None = None) -> None:
+        """Commit Delta ``actions`` in ``txn`` as a manual update; ``tag``: its userMetadata."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
         operation = getattr(getattr(
             jvm, "org.apache.spark.sql.delta.DeltaOperations$ManualUpdate$"), "MODULE$")
-        txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(),
-                   operation)
-        return len(old)
+        actions = jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq()
+        if tag is None:
+            txn.commit(actions, operation)
+            return
+        sessions = SparkSession._get_j_spark_session_class(jvm)
+        with self.tagged(tag) as sess:
+            # Delta takes commitInfo.userMetadata from the thread's active session
+            sessions.setActiveSession(sess._jsparkSession)
+            try:
+                txn.commit(actions, operation)
+            finally:
+                sessions.setActiveSession(self.spark._jsparkSession)
 
     def _commit_text(self, log: Any, fs: Any, version: int) -> str | None:
         """The JSON commit file of ``version`` (None: not there)."""
@@ -761,12 +793,7 @@ class Layout:
         (a row's place is half its task id). It reads no data, so by Delta's
         conflict rules concurrent puts (blind appends) do not abort it.
         """
-        inbox = self.inbox(tube)
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
-            self.spark._jsparkSession, inbox)
-        txn = log.startTransaction()
+        txn = self._start_transaction(self.inbox(tube))
         newer, _ = self.put_files(tube, cursor, int(txn.snapshot().version()))
         keep = {f.name for f in newer}
         old = [a for a in txn.snapshot().allFiles().collectAsList()
@@ -775,18 +802,8 @@ class Layout:
             return 0
         now = int(time.time() * 1000)
         rows = sum(int(_stats_of(a.stats())["rows"] or 0) for a in old)
-        actions = [a.removeWithTimestamp(now, True) for a in old]
-        operation = getattr(getattr(
-            jvm, "org.apache.spark.sql.delta.DeltaOperations$ManualUpdate$"), "MODULE$")
-        sessions = SparkSession._get_j_spark_session_class(jvm)
-        with self.tagged(CommitTag.new("purge")) as sess:
-            # Delta takes commitInfo.userMetadata from the thread's active session
-            sessions.setActiveSession(sess._jsparkSession)
-            try:
-                txn.commit(jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq(),
-                           operation)
-            finally:
-                sessions.setActiveSession(self.spark._jsparkSession)
+        self._commit_actions(txn, [a.removeWithTimestamp(now, True) for a in old],
+                             CommitTag.new("purge"))
         return rows
 
     def commit_version(self, path: str, token: str, after_version: int) -> int:

@@ -200,10 +200,11 @@ class Tube:
         values = [(f.name, f.first_id, f.version, f.tag["now"], f.tag["pri"],
                    *[f.tag.get(k) for k in ("utube", "ttl", "ttr", "delay")]) for f in files]
         if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job
-            names = ", ".join(_sql_value(v[0], "string") for v in values)
+            lit = st.sql_literal
+            names = ", ".join(lit(v[0], "string") for v in values)
             tags = ", ".join(
-                _sql_value(v[0], "string") + ", named_struct(" + ", ".join(
-                    f"'{k}', {_sql_value(x, t)}" for x, (k, t) in zip(v[1:], fields, strict=True))
+                lit(v[0], "string") + ", named_struct(" + ", ".join(
+                    f"'{k}', {lit(x, t)}" for x, (k, t) in zip(v[1:], fields, strict=True))
                 + ")" for v in values)
             rows = rows.where(f"_file IN ({names})").selectExpr(
                 "*", f"element_at(map({tags}), _file) AS c")
@@ -1169,15 +1170,6 @@ def _task_columns(joined: DataFrame) -> DataFrame:
     the put's; the tube defaults were resolved into the tag at put time.
     """
     return joined.selectExpr(*_TASK_ROW_SQL).selectExpr(*_NULLABLE_SQL)
-
-
-def _sql_value(value: Any, kind: str) -> str:
-    """A SQL literal of type ``kind`` (long, double or string) for a tag value."""
-    if value is None:
-        return f"CAST(NULL AS {kind.upper()})"
-    if kind == "string":
-        return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return sql_num(float(value)) if kind == "double" else f"CAST({int(value)} AS BIGINT)"
 
 
 def checked(col: Column, what: str) -> Column:
