@@ -73,6 +73,8 @@ INF = math.inf
 #: the cursor from the marker rows instead.
 CURSOR_LOOKBACK = 50
 MARKER = "_marker"
+#: Seconds a table creation that failed waits for a racing creator's table to appear.
+CREATE_PATIENCE = 10.0
 USER_METADATA = "spark.databricks.delta.commitInfo.userMetadata"
 
 #: Columns of the tasks table, in order, besides the payload ``data`` struct.
@@ -878,10 +880,14 @@ def _create_table(spark: SparkSession, path: str, schema: T.StructType,
         builder = builder.property(key, value)
     try:
         builder.execute()
-    except Exception as e:  # another process created it first
-        if DeltaTable.isDeltaTable(spark, path):
-            return False
-        raise QueueError(f"could not create Delta table at {path}: {e}") from e
+    except Exception as e:  # another process created it first, or is creating it
+        until = time.monotonic() + CREATE_PATIENCE
+        while True:  # a creator that lost the race can fail before the winner commits
+            if DeltaTable.isDeltaTable(spark, path):
+                return False
+            if time.monotonic() >= until:
+                raise QueueError(f"could not create Delta table at {path}: {e}") from e
+            time.sleep(0.2)
     return True
 
 

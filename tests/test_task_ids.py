@@ -51,11 +51,12 @@ def test_ids_count_on_through_purges_and_restarts(sq: Queue, spark: SparkSession
     assert tags[-1] == "purge", "the purge's commit is tagged as sparkqueue's"
     assert ids(t.put(payloads(spark, 5, 8))) == [5, 6, 7]
 
-    # another process: the next id from the newest ingest's tag
+    # another connection, with no cached state (as a new process starts): the next id
+    # from the newest ingest's tag
     other = sparkqueue.connect(spark, root, owner="consumer-b", clock=clock).tube("ids")
     assert ids(other.put(payloads(spark, 8, 9))) == [8]
     assert ids(other.take(10)) == [5, 6, 7, 8]
-    # a process that finds no ingest in the log it reads: from the newest marker
+    # a connection that finds no ingest in the log it reads: from the newest marker
     monkeypatch.setattr(storage, "CURSOR_LOOKBACK", 0)
     third = sparkqueue.connect(spark, root, owner="consumer-c", clock=clock).tube("ids")
     assert t._layout.cursor("ids") == third._layout.cursor("ids")
