@@ -15,11 +15,12 @@ rows the inbox's put commits added before it, known from the Delta log once
 its commit landed, so concurrent appends never conflict over ids.
 
 Inbox rows reach the tasks table through *ingest*: an idempotent append
-(``txnAppId = sq-ingest-<cursor>``) of the inbox rows committed after the
-cursor, together with a marker row recording the new cursor (markers have
-negative task ids; ``order_key`` holds the next task id). Ingesting from a
-given cursor can happen at most once, so a task is never ingested twice,
-even after it was acked and removed.
+(``txnAppId = sq-ingest``, ``txnVersion`` = the cursor it starts from) of
+the inbox rows committed after the cursor, together with a marker row
+recording the new cursor (markers have negative task ids; ``order_key``
+holds the next task id). Cursors only grow, so Delta skips an ingest from a
+cursor at or below one already ingested from: a task is never ingested
+twice, even after it was acked and removed.
 
 Every commit is tagged with ``commitInfo.userMetadata`` (JSON: the operation
 and a token), which is how call statistics survive restarts and cover every
@@ -31,6 +32,7 @@ change data feed serves only ``Tube.changes`` and a tube may keep none.
 
 from __future__ import annotations
 
+import bisect
 import json
 import math
 import random
@@ -140,6 +142,13 @@ FILE_STATS = {
     "max_pri": ("maxValues", "pri"),
     "max_order_key": ("maxValues", "order_key"),
     "min_ttl_end": ("minValues", "ttl_end"),
+    # and what :func:`whole_files` reads
+    "min_task_id": ("minValues", "task_id"),
+    "max_task_id": ("maxValues", "task_id"),
+    "min_owner": ("minValues", "owner"),
+    "max_owner": ("maxValues", "owner"),
+    "owner_nulls": ("nullCount", "owner"),
+    "min_lease_end": ("minValues", "lease_end"),
 }
 
 CONFLICT_MARKERS = (
@@ -225,6 +234,41 @@ def head_bound(files: list[Any], now: float, n: int) -> str | None:
         if held >= n:
             return f"(pri < {int(pri)} OR (pri = {int(pri)} AND order_key <= {int(order_key)}))"
     return None
+
+
+def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
+                now: float) -> list[str] | None:
+    """The data files whose rows are exactly the tasks ``ids``, all taken by
+    ``owner`` with leases live at ``now``; None when ``ids`` are not such files'
+    rows all together.
+
+    An ack of ``ids`` may then remove those files whole, reading and writing
+    no data (a take that flipped whole files, as a big take or a drain's does,
+    leaves its tasks so). ``files``: the statistics per data file
+    (:meth:`Layout.files_at`). A file qualifies when they show every row
+    stored ``taken`` by ``owner`` (minimum = maximum; Delta keeps only a
+    32-character prefix of strings, so a longer owner never matches), every
+    lease and ttl ending after ``now``, and its task ids between a minimum and
+    maximum with every id between them in ``ids``: then all its rows are in
+    ``ids``. Ids are distinct across files, so when the files' rows add up to
+    ``len(ids)``, they are ``ids`` exactly.
+    """
+    runs = id_runs(ids)
+    starts = [lo for lo, _ in runs]
+    names, covered = [], 0
+    for name, f in files.items():
+        lo, hi = f["min_task_id"], f["max_task_id"]
+        if not (f["rows"] and lo is not None and hi is not None
+                and f["min_status"] == "taken" == f["max_status"] and f["status_nulls"] == 0
+                and f["min_owner"] == owner == f["max_owner"] and f["owner_nulls"] == 0
+                and f["min_lease_end"] is not None and f["min_lease_end"] > now
+                and f["min_ttl_end"] is not None and f["min_ttl_end"] > now):
+            continue
+        at = bisect.bisect_right(starts, lo) - 1
+        if at >= 0 and hi <= runs[at][1]:
+            names.append(name)
+            covered += f["rows"]
+    return names if names and covered == len(ids) else None
 
 
 def next_event(status: str, delay_end: str, lease_end: str, ttl_end: str) -> str:
@@ -447,22 +491,31 @@ class Layout:
             {
                 # Deletion vectors measured slower for the small MERGEs of a
                 # take/ack here (2.5 s against 1.2 s), so files are rewritten.
+                # No setTransactionRetentionDuration: with it, Delta keeps the
+                # ingest's transaction ids out of its checksum files, and every
+                # ingest rebuilds the table's state to find them (~1 s here).
                 "delta.enableChangeDataFeed": str(change_feed).lower(),
-                "delta.setTransactionRetentionDuration": "interval 7 days",
             },
         )
 
-    def write_marker(self, tube: str, cursor: Cursor, *, app_id: str,
-                     rows: DataFrame) -> None:
+    def write_marker(self, tube: str, since: Cursor, cursor: Cursor, rows: DataFrame) -> None:
         """Append ``rows`` (ingested tasks) and the marker of the new ``cursor``,
-        at most once per ``app_id``."""
+        unless an ingest from ``since`` (or a later cursor) was committed.
+
+        One transaction id for all ingests of a tube, its version the cursor
+        the ingest starts from: Delta skips an append whose version is not
+        above the last one committed, and refuses one that races another
+        with the same id. One id, not one per cursor: Delta's checksum files
+        keep a table's transaction ids (up to 100), so finding the last
+        version needs no rebuild of the table's state.
+        """
         marker = rows.sparkSession.createDataFrame(
             [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)],
             "task_id long, status string, inbox_version long, order_key long",
         )
         frame = rows.unionByName(marker, allowMissingColumns=True)
         (frame.write.format("delta").mode("append")
-         .option("txnAppId", app_id).option("txnVersion", 0)
+         .option("txnAppId", "sq-ingest").option("txnVersion", since.version)
          .option("mergeSchema", "true")
          .option("maxRecordsPerFile", TASK_FILE_ROWS)
          .save(self.tasks(tube)))
@@ -479,28 +532,46 @@ class Layout:
     def file_stats(self, path: str) -> list[dict[str, Any]]:
         """Per data file of the newest snapshot, what :func:`head_bound` reads.
 
-        The statistics Delta keeps per file (row count, min/max per column).
-        The first call for a table reads them from the snapshot's state through
-        Delta's ``DeltaLog`` (as data skipping does): no data file opened, one
-        small Spark job, plus the state's own rebuild when no read of this
-        version has cached it yet. Later calls replay only the commits made
-        since, from their JSON files (each ``add`` carries its file's
-        statistics, each ``remove`` names a file gone): no Spark job, so a
-        consumer's take does not pay the state job once per batch.
-        ``DeltaLog`` is an internal Delta interface (pinned with delta-spark);
-        where it is missing, ``[]``: takes then read every ready task.
-        A table of at most FEW_FILES files gets no statistics either: reading
-        them all costs less than choosing among them.
+        The statistics Delta keeps per file (row count, min/max per column),
+        from :meth:`files_at`; where that does not know them, from the
+        snapshot's state through Delta's ``DeltaLog`` (as data skipping does):
+        no data file opened, one small Spark job, plus the state's own rebuild
+        when no read of this version has cached it yet; later calls replay
+        only the commits made since. ``DeltaLog`` is an internal Delta
+        interface (pinned with delta-spark); where it is missing, ``[]``:
+        takes then read every ready task. A table of at most FEW_FILES files
+        gets no statistics either: reading them all costs less than choosing
+        among them.
+        """
+        files = self.files_at(path, self.latest_version(path))
+        if files is None:
+            if 0 <= self.file_count(path) <= FEW_FILES:
+                return []
+            files = self._load_file_stats(path)
+        return [] if files is None or len(files) <= FEW_FILES else list(files.values())
+
+    def files_at(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
+        """Per data file of ``path`` at ``version``: its statistics (``rows`` and
+        :data:`FILE_STATS`) and ``size``; None when they are not known without
+        a Spark job.
+
+        Known from this process's last look, moved on through the commit
+        files since (each ``add`` carries its file's statistics, each
+        ``remove`` names a file gone), or from the checksum file Delta writes
+        beside the commit (it lists every file of a table of few enough
+        files): no Spark job, so a consumer does not pay the state job once
+        per batch.
         """
         cached = self._stats_by_file.get(path)
-        if cached is not None:
-            latest = self.latest_version(path)
-            files = self._replay(path, *cached, latest)
-            if files is not None:
-                self._stats_by_file[path] = (latest, files)
-                return [] if len(files) <= FEW_FILES else list(files.values())
-        if 0 <= self.file_count(path) <= FEW_FILES:
-            return []
+        files = self._replay(path, *cached, version) if cached is not None else None
+        if files is None:
+            files = self._checksum_files(path, version)
+        if files is not None and (cached is None or version >= cached[0]):
+            self._stats_by_file[path] = (version, files)
+        return files
+
+    def _load_file_stats(self, path: str) -> dict[str, dict[str, Any]] | None:
+        """:meth:`files_at` for the newest snapshot, from its state (a Spark job)."""
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
         try:
@@ -511,14 +582,27 @@ class Layout:
             version = int(snapshot.version())
             stats = DataFrame(snapshot.withStats(), self.spark)
         except Py4JError:
-            return []
+            return None
         rows = stats.select(
-            "path", F.col("stats.numRecords").alias("rows"),
+            "path", "size", F.col("stats.numRecords").alias("rows"),
             *[F.col(f"stats.{kind}.{col}").alias(key) for key, (kind, col) in FILE_STATS.items()],
         ).collect()
-        files = {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS}} for r in rows}
+        files = {r["path"]: {"rows": r["rows"], "size": r["size"],
+                             **{k: r[k] for k in FILE_STATS}} for r in rows}
         self._stats_by_file[path] = (version, files)
-        return list(files.values())
+        return files
+
+    def _checksum_files(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
+        """:meth:`files_at` from the checksum file of ``version``, when it lists the files."""
+        log, fs = self._fs(path)
+        crc = log.suffix(f"/{version:020d}.crc")
+        if not fs.exists(crc):
+            return None
+        summary = json.loads(self._read_text(fs, crc))
+        listed = summary.get("allFiles")
+        if listed is None or len(listed) != summary.get("numFiles"):
+            return None
+        return {a["path"]: _file_entry(a) for a in listed}
 
     def _replay(self, path: str, version: int, files: dict[str, dict[str, Any]],
                 upto: int) -> dict[str, dict[str, Any]] | None:
@@ -540,8 +624,7 @@ class Layout:
                 if "remove" in action:
                     files.pop(action["remove"]["path"], None)
                 elif "add" in action:
-                    add = action["add"]
-                    files[add["path"]] = _stats_of(add.get("stats"))
+                    files[action["add"]["path"]] = _file_entry(action["add"])
         return files
 
     def file_count(self, path: str) -> int:
@@ -646,22 +729,46 @@ class Layout:
             self.spark._jsparkSession, path)
         return log.startTransaction()
 
-    def _commit_actions(self, txn: Any, actions: Any, tag: CommitTag | None = None) -> None:
-        """Commit Delta ``actions`` in ``txn`` as a manual update; ``tag``: its userMetadata."""
+    def _commit_actions(self, txn: Any, actions: Any, tag: CommitTag | None = None,
+                        deleted_rows: int | None = None) -> int:
+        """Commit Delta ``actions`` in ``txn``; ``tag``: its userMetadata. The version
+        committed.
+
+        ``deleted_rows``: the actions only remove files, holding that many
+        rows; the commit is then a DELETE (no predicate, its row and file
+        counts in its operation metrics) rather than a manual update: Delta
+        derives a DELETE's checksum file from the previous one, where after
+        a manual update it rebuilds the table's whole state (four Spark jobs
+        here, about a second).
+        """
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
-        operation = getattr(getattr(
-            jvm, "org.apache.spark.sql.delta.DeltaOperations$ManualUpdate$"), "MODULE$")
+        ops = "org.apache.spark.sql.delta.DeltaOperations"
+        scala = jvm.scala.jdk.javaapi.CollectionConverters
+        if deleted_rows is None:
+            operation = getattr(getattr(jvm, f"{ops}$ManualUpdate$"), "MODULE$")
+        else:
+            operation = getattr(getattr(jvm, f"{ops}$Delete$"), "MODULE$").apply(
+                scala.asScala(jvm.java.util.ArrayList()).toSeq())
+            metrics = jvm.java.util.HashMap()
+            for name, value in (("numDeletedRows", deleted_rows),
+                                ("numRemovedFiles", len(actions))):
+                metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(
+                    self.spark.sparkContext._jsc.sc(), name)
+                metric.set(value)
+                metrics.put(name, metric)
+            immutable = getattr(getattr(jvm, "scala.collection.immutable.Map$"), "MODULE$")
+            txn.registerSQLMetrics(self.spark._jsparkSession,
+                                   getattr(immutable, "from")(scala.asScala(metrics)))
         actions = jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq()
         if tag is None:
-            txn.commit(actions, operation)
-            return
+            return int(txn.commit(actions, operation))
         sessions = SparkSession._get_j_spark_session_class(jvm)
         with self.tagged(tag) as sess:
             # Delta takes commitInfo.userMetadata from the thread's active session
             sessions.setActiveSession(sess._jsparkSession)
             try:
-                txn.commit(actions, operation)
+                return int(txn.commit(actions, operation))
             finally:
                 sessions.setActiveSession(self.spark._jsparkSession)
 
@@ -805,8 +912,40 @@ class Layout:
         now = int(time.time() * 1000)
         rows = sum(int(_stats_of(a.stats())["rows"] or 0) for a in old)
         self._commit_actions(txn, [a.removeWithTimestamp(now, True) for a in old],
-                             CommitTag.new("purge"))
+                             CommitTag.new("purge"), deleted_rows=rows)
         return rows
+
+    def remove_files(self, path: str,
+                     choose: Callable[[dict[str, dict[str, Any]]], list[str] | None],
+                     tag: CommitTag) -> int | None:
+        """Remove whole the data files ``choose`` picks from the newest snapshot's
+        (given their statistics, :meth:`files_at`), in one commit tagged ``tag``;
+        the version committed, or None when it picked none (or the statistics
+        are not known without a Spark job).
+
+        No data file is read or written (a DELETE would read them and cannot
+        name files). ``choose`` sees the files of the very snapshot the
+        commit is checked against: a concurrent commit that changed one of
+        them removed it, and then Delta refuses this one as a conflict. The
+        change data feed reads removed files as deleted rows.
+        """
+        txn = self._start_transaction(path)
+        files = self.files_at(path, int(txn.snapshot().version()))
+        names = choose(files) if files else None
+        if not files or not names:
+            return None
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
+        now = int(time.time() * 1000)
+        actions = jvm.java.util.ArrayList()
+        for name in names:
+            actions.add(parse.fromJson(json.dumps({"remove": {
+                "path": name, "deletionTimestamp": now, "dataChange": True,
+                "extendedFileMetadata": True, "partitionValues": {},
+                "size": files[name]["size"]}})))
+        rows = sum(int(files[name]["rows"] or 0) for name in names)
+        return self._commit_actions(txn, actions, tag, deleted_rows=rows)
 
     def commit_version(self, path: str, token: str, after_version: int) -> int:
         """The version of the commit tagged with ``token``, made after ``after_version``."""
@@ -856,6 +995,11 @@ class Layout:
             return removed.withColumn("status", F.lit("done"))
         removed = removed.join(updated.select("task_id"), "task_id", "left_anti")
         return updated.unionByName(removed.withColumn("status", F.lit("done")))
+
+
+def _file_entry(add: dict[str, Any]) -> dict[str, Any]:
+    """What :meth:`Layout.files_at` keeps of an ``add`` action: statistics and size."""
+    return {**_stats_of(add.get("stats")), "size": add.get("size")}
 
 
 def _stats_of(stats_json: str | None) -> dict[str, Any]:

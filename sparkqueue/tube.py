@@ -59,7 +59,8 @@ COLLECT_UPTO = 10_000
 #: stored ``taken`` row chosen while ready had its lease end (ttr), a stored
 #: ``delayed`` one its delay end; the sweep marks ttl-expired rows ``expired``.
 EXPIRY_COUNTS = {"ttr": "taken", "delay": "delayed", "ttl": "expired"}
-#: How a commit's rows count, for commits that are not one update/delete verb:
+#: How a commit's rows count, for commits that are not one verb's MERGE (its rows
+#: updated and deleted) or DELETE (an ack that removed whole files, its rows deleted):
 #: a put counts the rows it wrote; a take that also acked a consumer's previous
 #: batch counts its updates as takes and its deletes as acks.
 CALL_METRICS = {
@@ -232,8 +233,7 @@ class Tube:
                 if rows is None:  # only the sweeper's commits (purge, vacuum) since
                     self._ingested_upto = upto
                     return
-                layout.write_marker(self.name, st.Cursor(upto, next_id),
-                                    app_id=f"sq-ingest-{cursor.version}", rows=rows)
+                layout.write_marker(self.name, cursor, st.Cursor(upto, next_id), rows)
             # the append is skipped when another process ingested from this cursor
             # first, maybe up to an older version: then only the cursor tells
             if not any(tag.token in (info.get("userMetadata") or "")
@@ -778,7 +778,44 @@ class Tube:
         Returns the tasks with status ``done``. All or nothing: one task not
         taken by ``owner`` fails the whole batch and changes nothing.
         """
-        return self._mutate(self._ACK, tasks, owner=owner) or self._empty()
+        ids = validate.task_ids(tasks)
+        if isinstance(ids, DataFrame):
+            ids = _collected_ids(ids)
+        if isinstance(ids, list):
+            acked = self._ack_files(ids, self._owner(owner))
+            if acked is not None:
+                return acked
+        return self._mutate(self._ACK, ids, owner=owner) or self._empty()
+
+    def _ack_files(self, ids: list[int], who: str) -> DataFrame | None:
+        """Ack ``ids`` by removing whole the data files that hold exactly them
+        (:func:`storage.whole_files`): one commit that reads and writes no data,
+        where a MERGE would read, join and drop every row. The acked tasks, or
+        None when they are not such files: then the MERGE acks them or says
+        why not (so a failure here is left to it too).
+        """
+        if not ids:
+            return None
+        layout = self._layout
+        tag = CommitTag.new("ack")
+
+        def attempt() -> int | None:
+            now = self._now()
+            return layout.remove_files(layout.tasks(self.name),
+                                       lambda files: st.whole_files(files, ids, who, now), tag)
+
+        try:
+            version = self._guarded(lambda: st.retrying(
+                attempt, deadline=self._deadline(), what=f"ack on {self.name!r}"))
+        except QueueError:
+            return None
+        if version is None:
+            return None
+        acked = layout.changed_at(self.name, version, tag.token, ids[0], ids[-1], updates=False,
+                                  removable=st.id_frame(self._spark, ids))
+        result = acked.select(*st.PUBLIC_COLUMNS)
+        self._emit(result, "ack")
+        return result
 
     def release(self, tasks: Tasks, *, owner: str | None = None, delay: float | None = None,
                 ttl: float | None = None) -> DataFrame:
@@ -1039,7 +1076,7 @@ class Tube:
                 if op in NOT_CALLS:
                     continue
                 for name, keys in CALL_METRICS.get(op, {CALL_NAME.get(op, op): (
-                        "numTargetRowsUpdated", "numTargetRowsDeleted")}).items():
+                        "numTargetRowsUpdated", "numTargetRowsDeleted", "numDeletedRows")}).items():
                     counts[name] = counts.get(name, 0) + sum(
                         int(h["metrics"].get(k, 0)) for k in keys)
             self._stats_cache[path] = (seen, counts)
@@ -1170,6 +1207,22 @@ def _task_columns(joined: DataFrame) -> DataFrame:
     the put's; the tube defaults were resolved into the tag at put time.
     """
     return joined.selectExpr(*_TASK_ROW_SQL).selectExpr(*_NULLABLE_SQL)
+
+
+#: A DataFrame of at most this many ids is collected by ack (one Spark job; the
+#: MERGE's choice would take two), larger ones stay in Spark.
+ACK_COLLECT_UPTO = 1_000_000
+
+
+def _collected_ids(frame: DataFrame) -> list[int] | DataFrame:
+    """The task ids of ``frame`` as a sorted list (through Arrow: columnar, no Row
+    per task); ``frame`` itself when they are too many or not all valid ids (the
+    MERGE then says which are missing)."""
+    table = frame.select(F.col("task_id").cast("long")).limit(ACK_COLLECT_UPTO + 1).toArrow()
+    ids = table.column(0).to_pylist()
+    if len(ids) > ACK_COLLECT_UPTO or any(i is None or i < 0 for i in ids):
+        return frame
+    return sorted(set(ids))
 
 
 def checked(col: Column, what: str) -> Column:

@@ -155,6 +155,9 @@ class Consumer:
         self._acks = []
         who = tube._owner(self.owner)
         window = int(tube._default("window") or 1)
+        if acks and tube._ack_files(acks, who) is not None:  # whole files: no MERGE for them
+            self.progress.done += len(acks)
+            acks = []
         if acks:
             try:
                 batch = tube._take(self.batch_size, self.take_timeout, who, window, acking=acks)

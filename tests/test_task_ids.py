@@ -106,3 +106,22 @@ def test_a_puts_tag_values_reach_its_tasks_exactly(sq: Queue, clock: FakeClock) 
     row = t.take(1).collect()[0]
     assert (row["utube"], row["ttl"], row["ttr"], row["pri"]) == (name, 1.5, 0.25, 3)
     assert row["created"] == 1_700_000_000.123456
+
+
+def test_an_ingest_from_a_cursor_already_ingested_from_is_skipped(sq: Queue,
+                                                                   spark: SparkSession) -> None:
+    """A consumer that read the cursor before another ingested from it appends
+    nothing (Delta's transaction id: one per tube, versioned by the cursor)."""
+    t = sq.create_tube("once", "fifo")
+    t.put(payloads(spark, 0, 2))
+    layout = t._layout
+    start, upto = layout.cursor("once"), layout.latest_version(layout.inbox("once"))
+    late = t._pending(spark, start, upto)  # what a late consumer would ingest
+    assert late is not None
+    assert ids(t.take(1)) == [0], "the first consumer ingested"
+    tasks = layout.tasks("once")
+    before = layout.latest_version(tasks)
+    layout.write_marker("once", start, storage.Cursor(upto, 2), late)
+    assert layout.latest_version(tasks) == before, "the late ingest was skipped"
+    t.put({"n": 2})
+    assert ids(t.take(3)) == [1, 2], "each task once; the next ingest goes on"

@@ -1,0 +1,119 @@
+"""Acks that remove whole data files: no MERGE when the acked tasks are exactly
+the rows of files whose every row is taken by the acker with a live lease.
+
+Whatever the path, an ack means the same: the rows leave the tube, the call
+counts, the change feed shows them deleted; any doubt goes to the MERGE,
+which acks or refuses with the error it always gave.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sparkqueue import FakeClock, InvalidState, NotOwner, Queue, TaskNotFound, Tube
+from sparkqueue.storage import whole_files
+
+from .conftest import ids
+
+
+def operations(t: Tube, after: int) -> list[tuple[str, str]]:
+    """(Delta operation, sparkqueue op) of the tasks table's commits after ``after``."""
+    log = Path(t._layout.tasks(t.name)) / "_delta_log"
+    out = []
+    for f in sorted(log.glob("*.json")):
+        if int(f.stem) > after:
+            info = next(json.loads(line)["commitInfo"] for line in f.read_text().splitlines()
+                        if line.startswith('{"commitInfo"'))
+            out.append((info["operation"], json.loads(info["userMetadata"])["sq"]))
+    return out
+
+
+def taken_whole(sq: Queue, n: int = 5, **options: Any) -> tuple[Tube, int]:
+    """A tube whose ``n`` tasks are all taken by one take: the take's MERGE rewrote
+    the file holding them, so it now holds only them, all taken."""
+    t = sq.create_tube("acks", "fifottl", **options)
+    t.put([{"n": i} for i in range(n)])
+    assert len(ids(t.take(n))) == n
+    return t, t._layout.latest_version(t._layout.tasks("acks"))
+
+
+def test_an_ack_of_whole_files_removes_them_without_a_merge(sq: Queue,
+                                                            spark: SparkSession) -> None:
+    t, before = taken_whole(sq)
+    result = t.ack([0, 1, 2, 3, 4])
+    assert operations(t, before) == [("DELETE", "ack")]
+    assert sorted((r["task_id"], r["status"], r["data"]["n"]) for r in result.collect()) == [
+        (i, "done", i) for i in range(5)]
+    assert t.peek([0, 1, 2, 3, 4]).count() == 0, "the tasks left the tube"
+    stats = t.statistics()
+    assert stats["calls"]["ack"] == 5 and stats["tasks"]["done"] == 5
+    assert stats["tasks"]["total"] == 0
+    feed = (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", before + 1).load(t._layout.tasks("acks"))
+            .where("task_id >= 0"))
+    assert sorted((r["task_id"], r["_change_type"]) for r in feed.collect()) == [
+        (i, "delete") for i in range(5)], "the change feed reads removed files as deletes"
+
+
+def test_an_ack_of_the_take_result_dataframe_takes_the_same_path(sq: Queue) -> None:
+    t = sq.create_tube("acks", "fifottl")
+    t.put([{"n": i} for i in range(4)])
+    batch = t.take(4)
+    before = t._layout.latest_version(t._layout.tasks("acks"))
+    assert ids(t.ack(batch)) == [0, 1, 2, 3]
+    assert operations(t, before) == [("DELETE", "ack")]
+
+
+def test_part_of_a_file_goes_through_the_merge(sq: Queue) -> None:
+    t, before = taken_whole(sq)
+    assert ids(t.ack([1, 3])) == [1, 3]
+    assert operations(t, before)[0][0] == "MERGE"
+    assert sorted(r["task_id"] for r in t.tasks_by_state("taken").collect()) == [0, 2, 4]
+
+
+def test_doubtful_acks_get_the_merges_error_and_change_nothing(sq: Queue,
+                                                               clock: FakeClock) -> None:
+    t, before = taken_whole(sq, ttr=30)
+    with pytest.raises(NotOwner):
+        t.ack([0, 1, 2, 3, 4], owner="someone-else")
+    with pytest.raises(TaskNotFound):
+        t.ack([0, 1, 2, 3, 4, 5])
+    clock.advance(31)
+    with pytest.raises(InvalidState):
+        t.ack([0, 1, 2, 3, 4])
+    assert t._layout.latest_version(t._layout.tasks("acks")) == before
+
+
+def stats(lo: int, hi: int, owner: str = "me", status: str = "taken",
+          lease_end: float = 100.0, rows: int | None = None) -> dict[str, Any]:
+    return {"rows": hi - lo + 1 if rows is None else rows, "min_task_id": lo, "max_task_id": hi,
+            "min_status": status, "max_status": status, "status_nulls": 0,
+            "min_owner": owner, "max_owner": owner, "owner_nulls": 0,
+            "min_lease_end": lease_end, "min_ttl_end": 1e9, "size": 1}
+
+
+def test_whole_files_takes_only_files_that_are_exactly_the_ids() -> None:
+    files = {"a": stats(0, 9), "b": stats(10, 19), "c": stats(20, 29)}
+    assert whole_files(files, list(range(20)), "me", 50.0) == ["a", "b"]
+    assert whole_files(files, list(range(0, 10)) + list(range(20, 30)), "me", 50.0) == ["a", "c"]
+    assert whole_files(files, list(range(15)), "me", 50.0) is None, "b only in part"
+    assert whole_files(files, list(range(11)), "me", 50.0) is None
+    assert whole_files(files, list(range(10)) + [40], "me", 50.0) is None, "40 is in no file"
+    assert whole_files(files, list(range(10)), "you", 50.0) is None
+    assert whole_files(files, list(range(10)), "me", 100.0) is None, "leases end at 100"
+    # a MERGE writes rows to files by hash: files interleave ids, each within a run of ids
+    interleaved = {"a": stats(0, 9, rows=5), "b": stats(1, 8, rows=5)}
+    assert whole_files(interleaved, list(range(10)), "me", 50.0) == ["a", "b"]
+    assert whole_files({"a": stats(0, 9, rows=5)}, list(range(10)), "me", 50.0) is None, \
+        "five of the ids are in no file"
+    assert whole_files({"a": stats(0, 9, status="ready")}, list(range(10)), "me", 50.0) is None
+    mixed = {"a": {**stats(0, 9), "min_status": "ready"}}
+    assert whole_files(mixed, list(range(10)), "me", 50.0) is None
+    long_owner = "o" * 40  # Delta keeps a 32-character prefix in statistics
+    cut = {"a": {**stats(0, 9), "min_owner": long_owner[:32], "max_owner": long_owner[:32] + "~"}}
+    assert whole_files(cut, list(range(10)), long_owner, 50.0) is None
