@@ -491,9 +491,8 @@ class Layout:
             {
                 # Deletion vectors measured slower for the small MERGEs of a
                 # take/ack here (2.5 s against 1.2 s), so files are rewritten.
-                # No setTransactionRetentionDuration: with it, Delta keeps the
-                # ingest's transaction ids out of its checksum files, and every
-                # ingest rebuilds the table's state to find them (~1 s here).
+                # No setTransactionRetentionDuration: ingests share one
+                # transaction id (see write_marker), so there is nothing to expire.
                 "delta.enableChangeDataFeed": str(change_feed).lower(),
             },
         )
@@ -505,9 +504,12 @@ class Layout:
         One transaction id for all ingests of a tube, its version the cursor
         the ingest starts from: Delta skips an append whose version is not
         above the last one committed, and refuses one that races another
-        with the same id. One id, not one per cursor: Delta's checksum files
-        keep a table's transaction ids (up to 100), so finding the last
-        version needs no rebuild of the table's state.
+        with the same id. One id, not one per cursor, so the table's state
+        keeps one entry however many ingests ran, with no retention to set
+        (an id that expired would let a late duplicate through). Finding the
+        last version still makes Delta rebuild the snapshot's state (four
+        Spark jobs, most of an ingest's cost here): Delta 4.4 reads
+        transaction ids from the state, not from its checksum files.
         """
         marker = rows.sparkSession.createDataFrame(
             [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)],
