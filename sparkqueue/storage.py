@@ -210,6 +210,27 @@ def ready_when(now: float) -> str:
             f"OR (status = 'taken' AND lease_end <= {n}))")
 
 
+def may_hold_ready(f: dict[str, Any], now: float) -> bool:
+    """Whether a data file's statistics (:meth:`Layout.files_at`) leave room for a
+    row that :func:`ready_when` selects at ``now``: stored ``ready``, a delay
+    that may have passed, or a lease that may have ended. Unknown statistics
+    leave room. A take on a table where no file does finds nothing without
+    reading it (a drain's last take, a consumer polling an empty tube).
+    """
+    lo, hi = f["min_status"], f["max_status"]
+    if f["rows"] is None or lo is None or hi is None or f["status_nulls"]:
+        return True
+    if not f["rows"]:
+        return False
+
+    def held(status: str) -> bool:
+        return bool(lo <= status <= hi)
+
+    lease = f["min_lease_end"]
+    return held("ready") or held("delayed") or (
+        held("taken") and (lease is None or lease <= now))
+
+
 def head_bound(files: list[Any], now: float, n: int) -> str | None:
     """SQL bounding ``(pri, order_key)`` to where the ``n`` lowest ready tasks must be.
 
@@ -589,8 +610,8 @@ class Layout:
             "path", "size", F.col("stats.numRecords").alias("rows"),
             *[F.col(f"stats.{kind}.{col}").alias(key) for key, (kind, col) in FILE_STATS.items()],
         ).collect()
-        files = {r["path"]: {"rows": r["rows"], "size": r["size"],
-                             **{k: r[k] for k in FILE_STATS}} for r in rows}
+        files = {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS},
+                             "size": r["size"]} for r in rows}  # as _file_entry
         self._stats_by_file[path] = (version, files)
         return files
 

@@ -252,6 +252,15 @@ class Tube:
                 tasks = tasks.unionByName(rows, allowMissingColumns=True)
         return tasks.withColumn("eff", F.expr(effective_status(now)))
 
+    def _may_be_ready(self, now: float) -> bool:
+        """False when the tasks table's file statistics show no task can be ready at
+        ``now`` (:func:`storage.may_hold_ready`): a take then finds nothing without
+        a Spark job. Ingest runs before, so puts not yet ingested are counted."""
+        layout = self._layout
+        path = layout.tasks(self.name)
+        files = layout.files_at(path, layout.latest_version(path))
+        return files is None or any(st.may_hold_ready(f, now) for f in files.values())
+
     def _candidates(self, now: float, n: int, acking: list[int] | None = None) -> DataFrame:
         """What a take's ``choose`` looks at: every task, or for ``head_only``
         drivers the ready ones in the files that can hold the ``n`` lowest.
@@ -291,7 +300,8 @@ class Tube:
 
     def _apply(self, op: _Op, tasks: Any, extra: dict[str, Column] | None = None,
                event: str | None = None, tag_extra: dict[str, int] | None = None,
-               owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
+               owner: str | None = None,
+               chooser: Callable[[float], DataFrame | None] | None = None,
                deadline: float | None = None, collect_upto: int = 0,
                acking: list[int] | None = None,
                ) -> tuple[DataFrame, dict[str, int]] | None:
@@ -434,7 +444,7 @@ class Tube:
         return flagged.select("task_id", F.col("busy_utube").isNotNull().alias("arg_busy"))
 
     def _pick(self, sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
-              chooser: Callable[[float], DataFrame] | None, collect_upto: int,
+              chooser: Callable[[float], DataFrame | None] | None, collect_upto: int,
               keep: list[str] | None = None,
               ) -> tuple[DataFrame, int, int, dict[str, int]] | None:
         """The ids a MERGE changes, their bounds, and how many were stored taken/delayed.
@@ -450,7 +460,10 @@ class Tube:
             return (st.id_frame(sess, ids),
                     ids[0], ids[-1], {})
         if chooser is not None:
-            frame = chooser(now).select("task_id", "status", *keep)
+            chosen = chooser(now)
+            if chosen is None:  # nothing can be chosen
+                return None
+            frame = chosen.select("task_id", "status", *keep)
         else:
             assert ids is not None
             frame = (ids.select(F.col("task_id").cast("long")).where("task_id IS NOT NULL")
@@ -748,7 +761,9 @@ class Tube:
             exclusive=exclusive,
         )
         while True:
-            def chooser(now: float, gone: list[int] | None = acking) -> DataFrame:
+            def chooser(now: float, gone: list[int] | None = acking) -> DataFrame | None:
+                if not self._may_be_ready(now):
+                    return None
                 return self.driver.choose(self._candidates(now, n, gone), n, win)
 
             done = self._apply(

@@ -24,7 +24,7 @@ from sparkqueue import (
     storage,
 )
 from sparkqueue import tube as tube_module
-from sparkqueue.storage import head_bound
+from sparkqueue.storage import head_bound, may_hold_ready
 from tests.conftest import contract_tube, ids
 
 
@@ -203,3 +203,39 @@ def test_a_take_reads_only_the_head_and_misses_no_lower_task(
     replayed = t._layout.file_stats(path)
     fresh = storage.Layout(t._layout.spark, t._layout.root).file_stats(path)
     assert len(replayed) > 2 and sorted(map(repr, replayed)) == sorted(map(repr, fresh))
+
+
+def test_a_take_nothing_can_answer_runs_no_spark_job_and_misses_nothing(
+        sq: Queue, spark: SparkSession, clock: FakeClock) -> None:
+    """File statistics that leave no room for a ready task answer a take without
+    reading the table; an ended lease or a passed delay leaves room again."""
+    t = sq.create_tube("stats", "fifottl", ttr=10)
+    t.put([{"n": i} for i in range(3)])
+    assert ids(t.take(3)) == [0, 1, 2]
+    tracker = spark.sparkContext.statusTracker()
+    before = len(tracker.getJobIdsForGroup(None))
+    empty = t.take(2)
+    assert len(tracker.getJobIdsForGroup(None)) == before, "every task taken: no Spark job"
+    assert empty.count() == 0
+    clock.advance(11)  # the leases end
+    assert ids(t.take(2)) == [0, 1]
+    t.release([0, 1], delay=5)
+    assert ids(t.take(3)) == [2], "two delayed, one whose lease ended"
+    clock.advance(6)
+    assert ids(t.take(3)) == [0, 1]
+
+
+def test_may_hold_ready_reads_status_and_lease_statistics() -> None:
+    def f(lo: str, hi: str, lease: float | None = 100.0, rows: int | None = 5) -> dict:
+        return {"rows": rows, "min_status": lo, "max_status": hi, "status_nulls": 0,
+                "min_lease_end": lease}
+    assert not may_hold_ready(f("taken", "taken"), 50.0), "leases end at 100"
+    assert may_hold_ready(f("taken", "taken"), 100.0)
+    assert not may_hold_ready(f("_marker", "_marker"), 50.0)
+    assert not may_hold_ready(f("buried", "buried"), 50.0)
+    assert not may_hold_ready(f("done", "done"), 50.0)
+    assert may_hold_ready(f("buried", "done"), 50.0), "delayed sorts between"
+    assert may_hold_ready(f("buried", "taken"), 50.0), "ready sorts between"
+    assert may_hold_ready(f("delayed", "delayed"), 50.0)
+    assert may_hold_ready(f("ready", "ready", rows=None), 50.0), "no statistics: maybe"
+    assert not may_hold_ready(f("ready", "ready", rows=0), 50.0)
