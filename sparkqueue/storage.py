@@ -949,8 +949,10 @@ class Layout:
         No data file is read or written (a DELETE would read them and cannot
         name files). ``choose`` sees the files of the very snapshot the
         commit is checked against: a concurrent commit that changed one of
-        them removed it, and then Delta refuses this one as a conflict. The
-        change data feed reads removed files as deleted rows.
+        them removed it, and then, by Delta's conflict rules (removing a
+        file another commit removed), this one is refused as a conflict; no
+        race test shows it. The change data feed reads removed files as
+        deleted rows.
         """
         txn = self._start_transaction(path)
         files = self.files_at(path, int(txn.snapshot().version()))
