@@ -380,6 +380,14 @@ def parse_tag(user_metadata: str | None) -> dict[str, Any] | None:
     return tag if isinstance(tag, dict) and "sq" in tag else None
 
 
+class StaleChoice(Exception):
+    """A choice that a concurrent commit made stale before it committed anything:
+    choose again (retried like a conflict)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"sparkqueue:Stale {what}")
+
+
 def is_conflict(e: BaseException) -> bool:
     """Whether ``e`` is a Delta commit conflict (or a stale choice) worth retrying."""
     text = f"{type(e).__name__} {e}"
@@ -974,17 +982,20 @@ class Layout:
 
     def commit_version(self, path: str, token: str, after_version: int) -> int:
         """The version of the commit tagged with ``token``, made after ``after_version``."""
+        found = self.commit_of(path, token, after_version)
+        if found is None:
+            raise QueueError(f"commit tagged {token} not found in the log of {path}")
+        return found[0]
+
+    def commit_of(self, path: str, token: str,
+                  after_version: int) -> tuple[int, dict[str, str]] | None:
+        """The version and operation metrics of the commit tagged with ``token``, made
+        after ``after_version``; None when there is none (Delta commits no UPDATE
+        that changes nothing)."""
         for version, info in self.commit_infos(path, after_version):
             if token in (info.get("userMetadata") or ""):
-                return version
-        raise QueueError(f"commit tagged {token} not found in the log of {path}")
-
-    def commit_metric(self, path: str, token: str, after_version: int, key: str) -> int:
-        """An operation metric of the commit tagged ``token`` (0 when it made none)."""
-        for _, info in self.commit_infos(path, after_version):
-            if token in (info.get("userMetadata") or ""):
-                return int((info.get("operationMetrics") or {}).get(key, 0))
-        return 0
+                return version, dict(info.get("operationMetrics") or {})
+        return None
 
     def history(self, path: str, after_version: int) -> list[dict[str, Any]]:
         """sparkqueue-tagged commits after ``after_version``: version, tag, operation metrics."""

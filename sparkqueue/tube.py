@@ -97,6 +97,11 @@ class _Op:
     exclusive: bool = False
     # SQL: matched rows to delete rather than update (the sweep's ttl expiry)
     delete_when: str | None = None
+    # The guard only ever says Stale, and the action names its owner and token as
+    # ``{owner}`` and ``{token}``: a choice of consecutive ids may then run as an
+    # UPDATE of their id range that leaves stale rows as they are, instead of a
+    # MERGE that joins a source (see ``Tube._update_range``)
+    by_range: bool = False
 
 
 @dataclass(frozen=True)
@@ -335,7 +340,12 @@ class Tube:
                         ["task_id long"] + [f"{k} string" for k in keep]))
                     lo, hi, counts = acking[0], acking[-1], dict[str, int]()
                 else:
-                    base, lo, hi, counts = picked
+                    base, lo, hi, counts, chosen_count = picked
+                    if (op.by_range and not acking and not op.exclusive and not counts
+                            and chosen_count == hi - lo + 1):
+                        version = self._update_range(sess, op, lo, hi, who, tag, now, before)
+                        return layout.changed_at(self.name, version, tag.token, lo, hi).select(
+                            *st.PUBLIC_COLUMNS), counts
                 chosen = base  # the op's own ids (without the acks riding along)
                 acks = None
                 if acking:
@@ -357,8 +367,7 @@ class Tube:
                     F.lit(uuid.uuid4().hex).alias("arg_token"),
                     *[col.alias(f"arg_{k}") for k, col in (extra or {}).items()],
                 )
-                eff = effective_status(now, "t.")
-                ctx = {"eff": eff, "now": sql_num(now)}
+                ctx = self._sql_context(now, owner="s.arg_owner", token="s.arg_token")
                 builder = DeltaTable.forPath(sess, path).alias("t").merge(
                     source.alias("s"),
                     f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}",
@@ -380,14 +389,8 @@ class Tube:
                 if op.action is None:
                     builder = builder.whenMatchedDelete(condition=cond)
                 else:
-                    action: dict[str, str | Column] = {
-                        k: v.format(**ctx) for k, v in op.action.items()}
-                    action["changed_by"] = f"'{op.name}'"
-                    action["change_token"] = f"'{tag.token}'"
-                    action["next_event"] = st.next_event(*(
-                        str(action.get(k, f"t.{k}"))
-                        for k in ("status", "delay_end", "lease_end", "ttl_end")))
-                    builder = builder.whenMatchedUpdate(condition=cond, set=action)
+                    builder = builder.whenMatchedUpdate(condition=cond,
+                                                        set=self._action_set(op, tag, ctx))
                 if op.missing:
                     builder = builder.whenNotMatchedInsert(values={
                         "task_id": st.raise_missing(op.missing)})
@@ -422,6 +425,51 @@ class Tube:
             self._emit(result[0], event or op.name)
         return result
 
+    @staticmethod
+    def _sql_context(now: float, owner: str, token: str) -> dict[str, str]:
+        """What an ``_Op``'s SQL templates are formatted with: the effective status
+        of the target row ``t`` at ``now``, ``now``, and the owner and lease token."""
+        return {"eff": effective_status(now, "t."), "now": sql_num(now),
+                "owner": owner, "token": token}
+
+    def _update_range(self, sess: SparkSession, op: _Op, lo: int, hi: int, who: str,
+                      tag: CommitTag, now: float, before: int) -> int:
+        """Apply a ``by_range`` op to the ids ``lo..hi`` (all chosen) as one UPDATE;
+        the version it committed.
+
+        Where a MERGE joins the chosen ids to the table, an UPDATE only filters
+        its range. The rows it changes are those the guard passes in the
+        transaction's own snapshot, so a row is never leased twice: when a
+        concurrent take got some of them first, this take returns the others;
+        when it got them all, Delta commits nothing and the take chooses again.
+        """
+        ctx = self._sql_context(now, owner=st.sql_literal(who, "string"),
+                                token=st.sql_literal(uuid.uuid4().hex, "string"))
+        assert op.guard is not None
+        path = self._layout.tasks(self.name)
+        DeltaTable.forPath(sess, path).alias("t").update(
+            condition=f"t.task_id BETWEEN {lo} AND {hi} AND ({op.guard.format(**ctx)}) IS NULL",
+            set=self._action_set(op, tag, ctx),
+        )
+        committed = self._layout.commit_of(path, tag.token, before)
+        if committed is None or not int(committed[1].get("numUpdatedRows", 0)):
+            # every chosen row went stale between the choice and the UPDATE's snapshot
+            # (Delta then commits nothing): choose again, as the MERGE's guard would
+            raise st.StaleChoice(f"{op.name} of {lo}..{hi} on {self.name!r}")
+        return committed[0]
+
+    @staticmethod
+    def _action_set(op: _Op, tag: CommitTag, ctx: dict[str, str]) -> dict[str, str | Column]:
+        """The SET of an updating ``op``: its action, and who changed the row, in
+        which commit, and when its state next changes by itself."""
+        assert op.action is not None
+        action: dict[str, str | Column] = {k: v.format(**ctx) for k, v in op.action.items()}
+        action["changed_by"] = f"'{op.name}'"
+        action["change_token"] = f"'{tag.token}'"
+        action["next_event"] = st.next_event(*(
+            str(action.get(k, f"t.{k}")) for k in ("status", "delay_end", "lease_end", "ttl_end")))
+        return action
+
     def _with_busy(self, sess: SparkSession, base: DataFrame, now: float,
                    acking: list[int] | None = None) -> DataFrame:
         """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.
@@ -446,8 +494,9 @@ class Tube:
     def _pick(self, sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
               chooser: Callable[[float], DataFrame | None] | None, collect_upto: int,
               keep: list[str] | None = None,
-              ) -> tuple[DataFrame, int, int, dict[str, int]] | None:
-        """The ids a MERGE changes, their bounds, and how many were stored taken/delayed.
+              ) -> tuple[DataFrame, int, int, dict[str, int], int] | None:
+        """The ids a MERGE changes, their bounds, how many were stored taken/delayed,
+        and how many they are.
 
         Small choices come to the driver in one job; big ones are checkpointed
         in Spark (one job) and summarized (one more). A choice keeps the
@@ -457,8 +506,7 @@ class Tube:
         if isinstance(ids, list):  # validated, sorted, distinct: no Spark job needed
             if not ids:
                 return None
-            return (st.id_frame(sess, ids),
-                    ids[0], ids[-1], {})
+            return st.id_frame(sess, ids), ids[0], ids[-1], {}, len(ids)
         if chooser is not None:
             chosen = chooser(now)
             if chosen is None:  # nothing can be chosen
@@ -479,7 +527,7 @@ class Tube:
                 [(int(r["task_id"]), *[r[k] for k in keep]) for r in rows],
                 frame.select("task_id", *keep).schema)
             return (chosen, int(rows[0]["task_id"]), int(rows[-1]["task_id"]),
-                    {k: v for k, v in counts.items() if v})
+                    {k: v for k, v in counts.items() if v}, len(rows))
         base = frame.localCheckpoint(eager=True)
         stats = base.agg(
             F.count("*"), F.min("task_id"), F.max("task_id"),
@@ -488,7 +536,7 @@ class Tube:
         if stats is None or not stats[0]:
             return None
         counts = {k: int(v) for k, v in zip(EXPIRY_COUNTS, stats[3:], strict=True) if v}
-        return base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts
+        return base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts, int(stats[0])
 
     def _diagnose(self, op: _Op, ids: DataFrame, failed: tuple[str, int], who: str,
                   now: float) -> QueueError:
@@ -750,8 +798,8 @@ class Tube:
                   + ("WHEN s.arg_busy THEN 'Stale' " if exclusive else "") + "END",
             action={
                 "status": "'taken'",
-                "owner": "s.arg_owner",
-                "lease_token": "s.arg_token",
+                "owner": "{owner}",
+                "lease_token": "{token}",
                 "lease_end": "least({now} + t.ttr, t.ttl_end)",
                 "taken_count": "t.taken_count + 1",
                 "delay_end": "0.0D",
@@ -759,6 +807,7 @@ class Tube:
             missing=None,
             pending=True,
             exclusive=exclusive,
+            by_range=True,
         )
         while True:
             def chooser(now: float, gone: list[int] | None = acking) -> DataFrame | None:
@@ -1091,7 +1140,8 @@ class Tube:
                 if op in NOT_CALLS:
                     continue
                 for name, keys in CALL_METRICS.get(op, {CALL_NAME.get(op, op): (
-                        "numTargetRowsUpdated", "numTargetRowsDeleted", "numDeletedRows")}).items():
+                        "numTargetRowsUpdated", "numTargetRowsDeleted", "numDeletedRows",
+                        "numUpdatedRows")}).items():
                     counts[name] = counts.get(name, 0) + sum(
                         int(h["metrics"].get(k, 0)) for k in keys)
             self._stats_cache[path] = (seen, counts)

@@ -34,8 +34,8 @@ def operations(t: Tube, after: int) -> list[tuple[str, str]]:
 
 
 def taken_whole(sq: Queue, n: int = 5, **options: Any) -> tuple[Tube, int]:
-    """A tube whose ``n`` tasks are all taken by one take: the take's MERGE rewrote
-    the file holding them, so it now holds only them, all taken."""
+    """A tube whose ``n`` tasks are all taken by one take: the take rewrote the
+    file holding them, so it now holds only them, all taken."""
     t = sq.create_tube("acks", "fifottl", **options)
     t.put([{"n": i} for i in range(n)])
     assert len(ids(t.take(n))) == n

@@ -1,0 +1,75 @@
+"""Takes whose chosen tasks are consecutive ids run as one UPDATE of that id range
+(no MERGE join), with the same result as the MERGE: the tasks leased to the
+taker, counted as takes, never leased twice when a concurrent take got there first.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pyspark.sql import SparkSession
+
+from sparkqueue import Queue, Tube
+
+from .conftest import ids
+from .test_ack_files import operations
+
+
+def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,
+                                                                  spark: SparkSession) -> None:
+    t = sq.create_tube("range", "fifottl", ttr=30)
+    t.put([{"n": i} for i in range(6)])
+    t.take(1)  # ingests the puts; its one task is a range of one id
+    t.release(0)
+    before = t._layout.latest_version(t._layout.tasks("range"))
+
+    batch = t.take(3)
+    assert operations(t, before) == [("UPDATE", "take")]
+    rows = sorted((r["task_id"], r["status"], r["data"]["n"]) for r in batch.collect())
+    assert rows == [(0, "taken", 0), (1, "taken", 1), (2, "taken", 2)]
+    assert t.meta(1)["owner"] == "consumer-a" and t.meta(1)["ttr"] == 30
+    feed = (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", before + 1).load(t._layout.tasks("range"))
+            .where("_change_type = 'update_postimage'"))
+    assert sorted((r["task_id"], r["status"]) for r in feed.collect()) == [
+        (0, "taken"), (1, "taken"), (2, "taken")]
+
+    # ready are 1, 3, 4, 5: the two lowest are not consecutive, so a MERGE takes them
+    t.release(1)
+    before = t._layout.latest_version(t._layout.tasks("range"))
+    assert ids(t.take(2)) == [1, 3]
+    assert operations(t, before) == [("MERGE", "take")]
+    assert t.statistics()["calls"]["take"] == 1 + 3 + 2
+
+
+def racing(t: Tube, steal: int) -> list[list[int]]:
+    """Make ``t``'s next range UPDATE find that another consumer took the ``steal``
+    lowest ready tasks after the choice and before its commit; what the other got."""
+    original = t._update_range
+    stolen: list[list[int]] = []
+
+    def update_range(*args: Any, **kwargs: Any) -> int:
+        if not stolen:  # the other consumer's own take goes straight through
+            stolen.append([])
+            stolen[0] = ids(t.take(steal, owner="consumer-b"))
+        return original(*args, **kwargs)
+
+    t._update_range = update_range  # type: ignore[method-assign]
+    return stolen
+
+
+def test_a_take_whose_choice_a_concurrent_take_got_first_never_leases_twice(sq: Queue) -> None:
+    t = sq.create_tube("race", "fifo")
+    t.put(list(range(5)))
+    stolen = racing(t, 1)
+    got = ids(t.take(3))
+    assert stolen == [[0]]
+    assert got == [1, 2], "the rows still ready in the chosen range, none twice"
+    assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
+
+    # all of the chosen range gone: Delta commits nothing and the take chooses again
+    stolen = racing(t, 2)
+    got = ids(t.take(2))
+    assert stolen == [[3, 4]]
+    assert got == [], "nothing else is ready"
+    assert {t.meta(i)["owner"] for i in (3, 4)} == {"consumer-b"}
