@@ -39,7 +39,7 @@ import random
 import re
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
@@ -139,7 +139,9 @@ FILE_STATS = {
     "min_status": ("minValues", "status"),
     "max_status": ("maxValues", "status"),
     "status_nulls": ("nullCount", "status"),
+    "min_pri": ("minValues", "pri"),
     "max_pri": ("maxValues", "pri"),
+    "min_order_key": ("minValues", "order_key"),
     "max_order_key": ("maxValues", "order_key"),
     "min_ttl_end": ("minValues", "ttl_end"),
     # and what :func:`whole_files` reads
@@ -255,6 +257,54 @@ def head_bound(files: list[Any], now: float, n: int) -> str | None:
         if held >= n:
             return f"(pri < {int(pri)} OR (pri = {int(pri)} AND order_key <= {int(order_key)}))"
     return None
+
+
+def ready_head(files: Iterable[dict[str, Any]], now: float, n: int) -> tuple[int, int] | None:
+    """The task ids ``lo..hi`` of the ``n`` lowest ``(pri, order_key, task_id)``
+    tasks ready at ``now`` when file statistics alone show them: None otherwise.
+
+    They show them when the lowest ready tasks fill whole files of every row
+    stored ``ready`` (ttl running, so ready at ``now``) at one ``pri``, whose
+    ids are each file's whole range and run on from file to file, ``n`` rows
+    in all (or fewer when no other file can hold a ready task), and every
+    other file that may hold a ready task (:func:`may_hold_ready`) comes
+    after all of them: a higher ``pri``, or the same with ``order_key`` and
+    ids above theirs. A drain's take on ingested files is so: it then needs
+    no Spark job to choose, and the ids are one range (see ``Tube._update_range``).
+    """
+    keys = ("rows", "min_task_id", "max_task_id", "min_pri", "max_pri", "min_order_key",
+            "max_order_key", "min_ttl_end")
+    ready = sorted((f for f in files if may_hold_ready(f, now)),
+                   key=lambda f: (f["min_task_id"] is None, f["min_task_id"] or 0))
+    if not ready or any(ready[0][k] is None for k in keys):
+        return None
+    pri, lo = ready[0]["min_pri"], ready[0]["min_task_id"]
+    hi, top_key, rows = lo - 1, None, 0
+    for at, f in enumerate(ready):
+        whole = (all(f[k] is not None for k in keys)
+                 and f["min_status"] == "ready" == f["max_status"] and f["status_nulls"] == 0
+                 and f["min_ttl_end"] > now and f["min_pri"] == pri == f["max_pri"]
+                 and f["min_task_id"] == hi + 1
+                 and f["max_task_id"] - f["min_task_id"] + 1 == f["rows"])
+        if not whole or rows + f["rows"] > n:
+            rest = ready[at:]
+            break
+        hi, rows = f["max_task_id"], rows + f["rows"]
+        top_key = max(top_key if top_key is not None else f["max_order_key"], f["max_order_key"])
+        if rows == n:
+            rest = ready[at + 1:]
+            break
+    else:
+        rest = []
+    if not rows or (rows < n and rest):
+        return None
+    for f in rest:  # after every chosen task
+        if f["min_pri"] is None or f["min_order_key"] is None or f["min_task_id"] is None:
+            return None
+        if not (f["min_pri"] > pri or (f["min_pri"] == pri and f["min_order_key"] >= top_key
+                                       and f["min_task_id"] > hi)):
+            return None
+    return lo, hi
 
 
 def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,

@@ -75,6 +75,9 @@ COMPLETING = ("ack", "delete", "done", "ttl")
 Tasks = int | list[int] | DataFrame
 R = TypeVar("R")
 Callback = Callable[[DataFrame, str], Any]
+#: A take's choice: the chosen rows, or the id range ``(lo, hi)`` whose every row
+#: is chosen (known from file statistics), or None when nothing can be chosen.
+Chosen = DataFrame | tuple[int, int] | None
 Opt = float | int | Column | None
 
 
@@ -257,14 +260,15 @@ class Tube:
                 tasks = tasks.unionByName(rows, allowMissingColumns=True)
         return tasks.withColumn("eff", F.expr(effective_status(now)))
 
-    def _may_be_ready(self, now: float) -> bool:
-        """False when the tasks table's file statistics show no task can be ready at
-        ``now`` (:func:`storage.may_hold_ready`): a take then finds nothing without
-        a Spark job. Ingest runs before, so puts not yet ingested are counted."""
+    def _file_stats(self) -> list[dict[str, Any]] | None:
+        """The tasks table's file statistics at its latest version when known without
+        a Spark job (:meth:`Layout.files_at`): what a take reads first, to find
+        nothing or its whole choice without reading the table. Ingest runs before,
+        so puts not yet ingested are in them."""
         layout = self._layout
         path = layout.tasks(self.name)
         files = layout.files_at(path, layout.latest_version(path))
-        return files is None or any(st.may_hold_ready(f, now) for f in files.values())
+        return None if files is None else list(files.values())
 
     def _candidates(self, now: float, n: int, acking: list[int] | None = None) -> DataFrame:
         """What a take's ``choose`` looks at: every task, or for ``head_only``
@@ -306,7 +310,7 @@ class Tube:
     def _apply(self, op: _Op, tasks: Any, extra: dict[str, Column] | None = None,
                event: str | None = None, tag_extra: dict[str, int] | None = None,
                owner: str | None = None,
-               chooser: Callable[[float], DataFrame | None] | None = None,
+               chooser: Callable[[float], Chosen] | None = None,
                deadline: float | None = None, collect_upto: int = 0,
                acking: list[int] | None = None,
                ) -> tuple[DataFrame, dict[str, int]] | None:
@@ -492,7 +496,7 @@ class Tube:
         return flagged.select("task_id", F.col("busy_utube").isNotNull().alias("arg_busy"))
 
     def _pick(self, sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
-              chooser: Callable[[float], DataFrame | None] | None, collect_upto: int,
+              chooser: Callable[[float], Chosen] | None, collect_upto: int,
               keep: list[str] | None = None,
               ) -> tuple[DataFrame, int, int, dict[str, int], int] | None:
         """The ids a MERGE changes, their bounds, how many were stored taken/delayed,
@@ -511,6 +515,10 @@ class Tube:
             chosen = chooser(now)
             if chosen is None:  # nothing can be chosen
                 return None
+            if isinstance(chosen, tuple):  # every id of a range
+                lo, hi = chosen
+                frame = sess.range(lo, hi + 1).select(F.col("id").alias("task_id"))
+                return frame, lo, hi, {}, hi - lo + 1
             frame = chosen.select("task_id", "status", *keep)
         else:
             assert ids is not None
@@ -810,9 +818,14 @@ class Tube:
             by_range=True,
         )
         while True:
-            def chooser(now: float, gone: list[int] | None = acking) -> DataFrame | None:
-                if not self._may_be_ready(now):
-                    return None
+            def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
+                files = self._file_stats()
+                if files is not None and not any(st.may_hold_ready(f, now) for f in files):
+                    return None  # nothing can be ready: no Spark job
+                if files is not None and self.driver.head_only and not gone:
+                    head = st.ready_head(files, now, n)
+                    if head is not None:  # whole files of ready tasks: no Spark job
+                        return head
                 return self.driver.choose(self._candidates(now, n, gone), n, win)
 
             done = self._apply(

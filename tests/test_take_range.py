@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from pyspark.sql import SparkSession
 
-from sparkqueue import Queue, Tube
+from sparkqueue import Queue, Tube, storage
 
 from .conftest import ids
 from .test_ack_files import operations
@@ -73,3 +74,29 @@ def test_a_take_whose_choice_a_concurrent_take_got_first_never_leases_twice(sq: 
     assert stolen == [[3, 4]]
     assert got == [], "nothing else is ready"
     assert {t.meta(i)["owner"] for i in (3, 4)} == {"consumer-b"}
+
+
+def test_a_take_of_whole_files_of_ready_tasks_chooses_without_a_spark_job(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """When file statistics show the lowest ready tasks fill whole files, the
+    take's choice is their id range, read from the statistics alone."""
+    monkeypatch.setattr(storage, "FEW_FILES", 0)  # statistics even for a few files
+    t = sq.create_tube("whole", "fifottl")
+    t.put([{"n": i} for i in range(6)])
+    t._ingest()
+    t._layout.file_stats(t._layout.tasks("whole"))  # read once per process, then replayed
+    tracker = spark.sparkContext.statusTracker()
+    jobs: list[int] = []
+    original = t._update_range
+
+    def update_range(*args: Any, **kwargs: Any) -> int:
+        jobs.append(len(tracker.getJobIdsForGroup(None)))
+        return original(*args, **kwargs)
+
+    t._update_range = update_range  # type: ignore[method-assign]
+    before = len(tracker.getJobIdsForGroup(None))
+    batch = t.take(10)
+    assert jobs == [before], "chosen from file statistics"
+    assert sorted((r["task_id"], r["status"]) for r in batch.collect()) == [
+        (i, "taken") for i in range(6)]
+    assert t.take(1).count() == 0

@@ -24,7 +24,7 @@ from sparkqueue import (
     storage,
 )
 from sparkqueue import tube as tube_module
-from sparkqueue.storage import head_bound, may_hold_ready
+from sparkqueue.storage import head_bound, may_hold_ready, ready_head
 from tests.conftest import contract_tube, ids
 
 
@@ -239,3 +239,29 @@ def test_may_hold_ready_reads_status_and_lease_statistics() -> None:
     assert may_hold_ready(f("delayed", "delayed"), 50.0)
     assert may_hold_ready(f("ready", "ready", rows=None), 50.0), "no statistics: maybe"
     assert not may_hold_ready(f("ready", "ready", rows=0), 50.0)
+
+
+def test_ready_head_is_whole_files_of_ready_tasks_that_come_first() -> None:
+    def f(lo: int, hi: int, *, rows: int | None = None, status: tuple[str, str] = ("ready",
+          "ready"), pri: tuple[int, int] = (0, 0), keys: tuple[int, int] | None = None,
+          ttl_end: float = 100.0) -> dict:
+        return {"rows": hi - lo + 1 if rows is None else rows, "min_task_id": lo,
+                "max_task_id": hi, "min_status": status[0], "max_status": status[1],
+                "status_nulls": 0, "min_pri": pri[0], "max_pri": pri[1],
+                "min_order_key": (keys or (lo, hi))[0], "max_order_key": (keys or (lo, hi))[1],
+                "min_ttl_end": ttl_end, "min_lease_end": 100.0}
+    a, b, c = f(0, 4), f(5, 9), f(10, 14)
+    assert ready_head([b, a, c], 50.0, 10) == (0, 9), "whole files, lowest ids first"
+    assert ready_head([a, b, c], 50.0, 5) == (0, 4)
+    assert ready_head([a, b, c], 50.0, 7) is None, "would cut a file"
+    assert ready_head([a, b], 50.0, 20) == (0, 9), "fewer than n: every ready task"
+    assert ready_head([a, b, f(20, 24, rows=3)], 50.0, 20) is None, "ids with gaps: unknown"
+    assert ready_head([f(0, 4, status=("ready", "taken")), b], 50.0, 5) is None
+    assert ready_head([f(0, 4, status=("taken", "taken")), b], 50.0, 5) == (5, 9), (
+        "leases running: no ready task there")
+    assert ready_head([a, b, f(10, 14, pri=(-1, 0))], 50.0, 5) is None, "urgent comes first"
+    assert ready_head([a, b, f(10, 14, pri=(1, 1))], 50.0, 10) == (0, 9)
+    assert ready_head([a, b, f(10, 14, keys=(3, 14))], 50.0, 10) is None, "a kicked task"
+    assert ready_head([a, f(5, 9, pri=(1, 1)), c], 50.0, 10) is None, "pri changes"
+    assert ready_head([a, b], 100.0, 5) is None, "ttl ended: not ready"
+    assert ready_head([], 50.0, 5) is None
