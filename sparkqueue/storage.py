@@ -290,7 +290,7 @@ def ready_head(files: Iterable[dict[str, Any]], now: float, n: int) -> tuple[int
             rest = ready[at:]
             break
         hi, rows = f["max_task_id"], rows + f["rows"]
-        top_key = max(top_key if top_key is not None else f["max_order_key"], f["max_order_key"])
+        top_key = f["max_order_key"] if top_key is None else max(top_key, f["max_order_key"])
         if rows == n:
             rest = ready[at + 1:]
             break

@@ -499,8 +499,8 @@ class Tube:
               chooser: Callable[[float], Chosen] | None, collect_upto: int,
               keep: list[str] | None = None,
               ) -> tuple[DataFrame, int, int, dict[str, int], int] | None:
-        """The ids a MERGE changes, their bounds, how many were stored taken/delayed,
-        and how many they are.
+        """The ids a MERGE (or range UPDATE) changes, their bounds, how many were
+        stored taken/delayed, and how many they are.
 
         Small choices come to the driver in one job; big ones are checkpointed
         in Spark (one job) and summarized (one more). A choice keeps the
