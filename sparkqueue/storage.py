@@ -435,11 +435,13 @@ class StaleChoice(Exception):
     choose again (retried like a conflict)."""
 
     def __init__(self, what: str) -> None:
-        super().__init__(f"sparkqueue:Stale {what}")
+        super().__init__(f"stale choice: {what}")
 
 
 def is_conflict(e: BaseException) -> bool:
     """Whether ``e`` is a Delta commit conflict (or a stale choice) worth retrying."""
+    if isinstance(e, StaleChoice):
+        return True
     text = f"{type(e).__name__} {e}"
     return any(m in text for m in CONFLICT_MARKERS)
 
