@@ -500,6 +500,7 @@ class Layout:
         self._put_files: dict[str, tuple[Cursor, int, list[PutFile], int]] = {}
         # tasks path: (version, {data file: its statistics}), see file_stats
         self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
+        self._log_fs: dict[str, tuple[Any, Any]] = {}  # table path: see _fs
 
     @property
     def registry(self) -> str:
@@ -735,10 +736,16 @@ class Layout:
     # JSON commit files are read through the Hadoop FileSystem instead.
 
     def _fs(self, path: str) -> tuple[Any, Any]:
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
-        return log, log.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        """The table's ``_delta_log`` Hadoop path and file system (kept: every
+        operation reads the log, and each lookup is JVM round trips)."""
+        found = self._log_fs.get(path)
+        if found is None:
+            jvm = self.spark.sparkContext._jvm
+            assert jvm is not None
+            log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
+            found = log, log.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            self._log_fs[path] = found
+        return found
 
     def latest_version(self, path: str) -> int:
         """The newest committed version of the table at ``path`` (-1: no table)."""
@@ -756,7 +763,8 @@ class Layout:
 
     def forget(self, path_prefix: str) -> None:
         """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
-        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files):
+        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files,
+                      self._log_fs):
             for key in [k for k in cache if k.startswith(path_prefix)]:
                 del cache[key]
 

@@ -51,8 +51,6 @@ CALL_KEYS = ("put", "take", "ack", "release", "bury", "kick", "delete", "touch",
              "delay")
 #: How operations count in ``calls`` (others count under their own name).
 CALL_NAME = {"release_all": "release", "dig": "kick"}
-#: The payload struct's column while a put is built (beside the caller's columns).
-PAYLOAD = "__sparkqueue_payload"
 #: Choices of at most this many tasks are collected to the driver (one Spark job less).
 COLLECT_UPTO = 10_000
 #: Expiries a commit writes down, by the stored status of the rows it chose: a
@@ -129,6 +127,7 @@ class Tube:
         self.options = dict(options)
         self._ingested_upto = -1
         self._stats_cache: dict[str, tuple[int, dict[str, int]]] = {}
+        self._schema: T.StructType | None = None  # the payload's, once known
 
     def __repr__(self) -> str:
         return f"Tube({self.name!r}, type={self.type!r})"
@@ -191,9 +190,10 @@ class Tube:
     # -- inbox → tasks ----------------------------------------------------------------
 
     def _pending(self, spark: SparkSession, anchor: st.Cursor, upto: int,
-                 after: int | None = None) -> DataFrame | None:
+                 after: int | None = None, columns: list[str] | None = None,
+                 ) -> DataFrame | None:
         """Inbox rows of the puts after ``anchor`` (or after version ``after``) up to
-        ``upto``, as task rows.
+        ``upto``, as task rows (only ``columns`` of them when given: fewer to plan).
 
         A task's id is its file's first id plus its place in the file
         (:meth:`Layout.put_files`); its other columns come from the row
@@ -203,8 +203,7 @@ class Tube:
         files = [f for f in files if after is None or f.version > after]
         if not files:
             return None
-        rows = self._layout.read(self._layout.inbox(self.name), spark, version=upto).selectExpr(
-            "*", "_metadata.file_name AS _file", "_metadata.row_index AS _row")
+        rows = self._layout.read(self._layout.inbox(self.name), spark, version=upto)
         fields = FILE_TAG_FIELDS + PUT_TAG_FIELDS
         values = [(f.name, f.first_id, f.version, f.tag["now"], f.tag["pri"],
                    *[f.tag.get(k) for k in ("utube", "ttl", "ttr", "delay")]) for f in files]
@@ -215,14 +214,17 @@ class Tube:
                 lit(v[0], "string") + ", named_struct(" + ", ".join(
                     f"'{k}', {lit(x, t)}" for x, (k, t) in zip(v[1:], fields, strict=True))
                 + ")" for v in values)
-            rows = rows.where(f"_file IN ({names})").selectExpr(
-                "*", f"element_at(map({tags}), _file) AS c")
+            rows = rows.where(f"_metadata.file_name IN ({names})").selectExpr(
+                "*", "_metadata.row_index AS _row",
+                f"element_at(map({tags}), _metadata.file_name) AS c")
         else:
+            rows = rows.selectExpr("*", "_metadata.file_name AS _file",
+                                   "_metadata.row_index AS _row")
             table = spark.createDataFrame(values, "file string, " + ", ".join(
                 f"{k} {t}" for k, t in fields))
             table = table.select("file", F.struct(*[k for k, _ in fields]).alias("c"))
             rows = rows.join(F.broadcast(table), rows["_file"] == table["file"])
-        return _task_columns(rows)
+        return _task_columns(rows, columns)
 
     def _ingest(self) -> None:
         """Move tasks put since the last ingest into the tasks table, exactly once."""
@@ -637,14 +639,14 @@ class Tube:
             raise InvalidOption(f"utube must be a string or a Column, got {utube!r}")
         return _PutOptions(pri, times, utube, timeout)
 
-    def _payload(self, data: Any, tube_schema: T.StructType | None) -> DataFrame:
-        """``data`` with its payload struct in column PAYLOAD, conformed to the tube's schema."""
+    def _payload(self, data: Any, tube_schema: T.StructType | None) -> tuple[DataFrame, Column]:
+        """``data`` as a DataFrame, and its payload: a struct Column of that frame's
+        columns, conformed to the tube's schema. The frame keeps every column,
+        as per-row options are Columns of them."""
         if isinstance(data, DataFrame):
             if not data.columns:
                 raise InvalidOption("a DataFrame put needs at least one column")
-            # keep the columns beside the payload: per-row options are Columns of them
-            frame = data.select("*", F.struct(*[F.col(f"`{c}`") for c in data.columns])
-                                .alias(PAYLOAD))
+            frame = data
         else:
             items = list(data) if isinstance(data, (list, tuple)) else [data]
             if not items:
@@ -677,13 +679,22 @@ class Tube:
                     frame = self._spark.createDataFrame(rows, keys)
                 except (TypeError, ValueError) as e:
                     raise InvalidOption(f"cannot build a payload from {items[:3]!r}: {e}") from e
-            frame = frame.select(F.struct(*[F.col(f"`{c}`") for c in frame.columns])
-                                 .alias(PAYLOAD))
-        incoming = frame.schema[PAYLOAD].dataType
-        assert isinstance(incoming, T.StructType)
-        if tube_schema is None:
-            return frame
-        return frame.withColumn(PAYLOAD, conform(F.col(PAYLOAD), incoming, tube_schema, self.name))
+        incoming = frame.schema
+        if tube_schema is None or incoming.simpleString() == tube_schema.simpleString():
+            # as it is: one SQL expression, not a Column per field (each a JVM round trip)
+            return frame, F.expr(f"struct({', '.join(map(_quoted, frame.columns))})")
+        return frame, conform(incoming, tube_schema, self.name)
+
+    def _tube_schema(self) -> T.StructType | None:
+        """The tube's payload schema; None until its first put. Read once: only
+        the first put sets it (later ones are conformed to it)."""
+        if self._schema is None:
+            current = self._layout.read(self._layout.inbox(self.name)).schema
+            if "data" in current.fieldNames():
+                schema = current["data"].dataType
+                assert isinstance(schema, T.StructType)
+                self._schema = schema
+        return self._schema
 
     def _write_put(self, data: Any, single: bool, urgent: bool, opts: _PutOptions,
                    event: str, txn: tuple[str, int] | None = None) -> DataFrame | Task | None:
@@ -695,10 +706,8 @@ class Tube:
         """
         layout = self._layout
         inbox = layout.inbox(self.name)
-        current = layout.read(inbox).schema
-        tube_schema = current["data"].dataType if "data" in current.fieldNames() else None
-        assert tube_schema is None or isinstance(tube_schema, T.StructType)
-        frame = self._payload(data, tube_schema)
+        tube_schema = self._tube_schema()
+        frame, payload = self._payload(data, tube_schema)
         pri, times, utube = opts.pri, opts.times, opts.utube
         if self.driver.uses_capacity:
             self._wait_for_room(frame, opts.timeout)
@@ -724,7 +733,7 @@ class Tube:
         elif utube is not None:
             put["utube"] = utube
         tag = CommitTag.new("put", put=put)
-        rows = frame.select(F.col(PAYLOAD).alias("data"), *cols)
+        rows = frame.select(payload.alias("data"), *cols)
         anchor = layout.cursor(self.name)  # ids count from here; read before the append
         before = layout.latest_version(inbox)
         try:
@@ -745,8 +754,9 @@ class Tube:
         if not found:  # an idempotent append Delta skipped: written before
             return None
         version = found[0]
-        pending = self._pending(self._spark, anchor, version, after=version - 1)
-        created = self._empty() if pending is None else pending.select(*st.PUBLIC_COLUMNS)
+        pending = self._pending(self._spark, anchor, version, after=version - 1,
+                                columns=st.PUBLIC_COLUMNS)
+        created = self._empty() if pending is None else pending
         if single:
             row = created.first()
             assert row is not None
@@ -949,10 +959,10 @@ class Tube:
         schema = self._layout.read(self._layout.tasks(self.name)).schema
         tube_schema = schema["data"].dataType if "data" in schema.fieldNames() else None
         assert tube_schema is None or isinstance(tube_schema, T.StructType)
-        payload = self._payload(data if isinstance(data, (dict, DataFrame)) else data,
-                                tube_schema).first()
-        assert payload is not None
-        payload = payload[PAYLOAD]
+        frame, col = self._payload(data, tube_schema)
+        row = frame.select(col.alias("p")).first()
+        assert row is not None
+        payload = row["p"]
         op = _Op("done", self._OWNED, {
             "status": "'done'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
             "data": "s.arg_data"})
@@ -1268,14 +1278,14 @@ def _task_row_sql() -> dict[str, str]:
 #: ``_task_columns`` as SQL text: two ``selectExpr`` calls cost far less to build
 #: than some sixty Column objects, each a round trip to the JVM (in a profile of
 #: put, the result's rows took 0.07 s this way and 0.36 s as Columns).
-_TASK_ROW_SQL = [f"{sql} AS {name}" for name, sql in _task_row_sql().items()]
+_TASK_ROW_SQL = {name: f"{sql} AS {name}" for name, sql in _task_row_sql().items()}
 # every column nullable, as the same columns read from a table are (a CASE
 # without ELSE is nullable), so results compare equal whichever way they came
-_NULLABLE_SQL = [f"CASE WHEN {name} IS NOT NULL THEN {name} END AS {name}"
-                 for name in _task_row_sql()]
+_NULLABLE_SQL = {name: f"CASE WHEN {name} IS NOT NULL THEN {name} END AS {name}"
+                 for name in _task_row_sql()}
 
 
-def _task_columns(joined: DataFrame) -> DataFrame:
+def _task_columns(joined: DataFrame, columns: list[str] | None = None) -> DataFrame:
     """Task rows from inbox rows (with their place ``_row`` in their file) and,
     in struct ``c``, their file's first id and commit and their put's tag values.
 
@@ -1284,7 +1294,9 @@ def _task_columns(joined: DataFrame) -> DataFrame:
     ``now + delay``. A row's own value (an option given as a Column) wins over
     the put's; the tube defaults were resolved into the tag at put time.
     """
-    return joined.selectExpr(*_TASK_ROW_SQL).selectExpr(*_NULLABLE_SQL)
+    names = columns or list(_TASK_ROW_SQL)
+    return (joined.selectExpr(*[_TASK_ROW_SQL[n] for n in names])
+            .selectExpr(*[_NULLABLE_SQL[n] for n in names]))
 
 
 #: A DataFrame of at most this many ids is collected by ack (one Spark job; the
@@ -1311,8 +1323,9 @@ def checked(col: Column, what: str) -> Column:
     )).cast("double")).otherwise(col)
 
 
-def conform(col: Column, incoming: T.StructType, tube: T.StructType, name: str) -> Column:
-    """The payload struct in the tube's schema, or SchemaMismatch naming the differences."""
+def conform(incoming: T.StructType, tube: T.StructType, name: str) -> Column:
+    """The payload struct of a frame's columns ``incoming`` in the tube's schema,
+    or SchemaMismatch naming the differences."""
     have = {f.name: f.dataType for f in tube.fields}
     problems = []
     for f in incoming.fields:
@@ -1326,9 +1339,14 @@ def conform(col: Column, incoming: T.StructType, tube: T.StructType, name: str) 
                              f"{tube.simpleString()}): {'; '.join(problems)}")
     present = set(incoming.fieldNames())
     return F.struct(*[
-        (col[f.name].cast(f.dataType) if f.name in present else F.lit(None).cast(f.dataType))
-        .alias(f.name) for f in tube.fields
+        (F.col(_quoted(f.name)).cast(f.dataType) if f.name in present
+         else F.lit(None).cast(f.dataType)).alias(f.name) for f in tube.fields
     ])
+
+
+def _quoted(name: str) -> str:
+    """A column name as a SQL identifier."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
