@@ -680,7 +680,7 @@ class Tube:
                 except (TypeError, ValueError) as e:
                     raise InvalidOption(f"cannot build a payload from {items[:3]!r}: {e}") from e
         incoming = frame.schema
-        if tube_schema is None or incoming.simpleString() == tube_schema.simpleString():
+        if tube_schema is None or _fields(incoming) == _fields(tube_schema):
             # as it is: one SQL expression, not a Column per field (each a JVM round trip)
             return frame, F.expr(f"struct({', '.join(map(_quoted, frame.columns))})")
         return frame, conform(incoming, tube_schema, self.name)
@@ -689,12 +689,17 @@ class Tube:
         """The tube's payload schema; None until its first put. Read once: only
         the first put sets it (later ones are conformed to it)."""
         if self._schema is None:
-            current = self._layout.read(self._layout.inbox(self.name)).schema
-            if "data" in current.fieldNames():
-                schema = current["data"].dataType
-                assert isinstance(schema, T.StructType)
-                self._schema = schema
+            self._schema = self._data_schema(self._layout.inbox(self.name))
         return self._schema
+
+    def _data_schema(self, path: str) -> T.StructType | None:
+        """The payload struct of the table at ``path``; None while it has no ``data``."""
+        current = self._layout.read(path).schema
+        if "data" not in current.fieldNames():
+            return None
+        schema = current["data"].dataType
+        assert isinstance(schema, T.StructType)
+        return schema
 
     def _write_put(self, data: Any, single: bool, urgent: bool, opts: _PutOptions,
                    event: str, txn: tuple[str, int] | None = None) -> DataFrame | Task | None:
@@ -956,9 +961,8 @@ class Tube:
     def done(self, task_id: int, data: Any) -> DataFrame:
         """Complete a task taken by this Queue's owner but keep it, with ``data`` as payload."""
         ident = self._one_id(task_id)
-        schema = self._layout.read(self._layout.tasks(self.name)).schema
-        tube_schema = schema["data"].dataType if "data" in schema.fieldNames() else None
-        assert tube_schema is None or isinstance(tube_schema, T.StructType)
+        # the tasks table's: before any ingest it has none, and no task can be taken
+        tube_schema = self._data_schema(self._layout.tasks(self.name))
         frame, col = self._payload(data, tube_schema)
         row = frame.select(col.alias("p")).first()
         assert row is not None
@@ -1342,6 +1346,11 @@ def conform(incoming: T.StructType, tube: T.StructType, name: str) -> Column:
         (F.col(_quoted(f.name)).cast(f.dataType) if f.name in present
          else F.lit(None).cast(f.dataType)).alias(f.name) for f in tube.fields
     ])
+
+
+def _fields(schema: T.StructType) -> list[tuple[str, T.DataType]]:
+    """Each field's name and type, its nullability left out (as an append ignores it)."""
+    return [(f.name, f.dataType) for f in schema.fields]
 
 
 def _quoted(name: str) -> str:
