@@ -272,27 +272,40 @@ class Tube:
         files = layout.files_at(path, layout.latest_version(path))
         return None if files is None else list(files.values())
 
-    def _candidates(self, now: float, n: int, acking: list[int] | None = None) -> DataFrame:
-        """What a take's ``choose`` looks at: every task, or for ``head_only``
-        drivers the ready ones in the files that can hold the ``n`` lowest.
+    def _candidates(self, now: float, n: int, acking: list[int] | None = None,
+                    bounded: bool = True) -> tuple[DataFrame, bool]:
+        """What a take's ``choose`` looks at, and whether it is only the rows near the head.
+
+        Every task; or, where the driver promises it looks only at the head
+        (``head_only``, ``sub_queue_heads``) and file statistics bound where
+        the ``n`` lowest ready tasks are (:func:`storage.head_bound`), the
+        ready tasks at or below that bound, with every taken task for
+        ``sub_queue_heads`` drivers (unless ``bounded`` is False).
 
         ``acking``: tasks the take's own commit acks; they are left out (a lease
         that ended meanwhile would make one ready), and so their sub-queues
         count as free (the ack and the take are one commit).
         """
-        if self.driver.head_only:
-            layout = self._layout
-            path = layout.tasks(self.name)
+        layout = self._layout
+        path = layout.tasks(self.name)
+        bound = None
+        if self.driver.head_only or (bounded and self.driver.sub_queue_heads):
             # statistics and the read may see different versions: a bound from an older
             # one can only make a concurrent take return fewer tasks, never skip a lower one
             bound = st.head_bound(layout.file_stats(path), now, n)
-            live = layout.read(path).where(st.ready_when(now))
-            if bound is not None:
-                live = live.where(bound)
+        ready = st.ready_when(now)
+        if self.driver.head_only:
+            live = layout.read(path).where(ready if bound is None else f"({ready}) AND {bound}")
             live = live.where("task_id >= 0").withColumn("eff", F.lit("ready"))
+        elif bound is not None:
+            # the taken rows tell which sub-queues are busy; past the bound only they count
+            live = (layout.read(path).where(f"(({ready}) AND {bound}) OR status = 'taken'")
+                    .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now)))
+                    .where(f"eff = 'taken' OR {bound}"))
         else:
             live = self._live(now, pending=False)
-        return st.without_ids(live, acking, self._spark) if acking else live
+        live = st.without_ids(live, acking, self._spark) if acking else live
+        return live, bound is not None and not self.driver.head_only
 
     # -- the MERGE every state change goes through ------------------------------------
 
@@ -492,10 +505,12 @@ class Tube:
                   .where(f"{effective_status(now)} = 'taken'"))
         if acking:  # acked in this same commit: their leases end with it
             leased = st.without_ids(leased, acking, sess)
+        # a flag, not the joined utube: the sub-queue of tasks put without one is NULL
         leased = leased.select(F.col("utube").alias("busy_utube")).distinct()
+        leased = leased.withColumn("arg_busy", F.lit(True))
         flagged = base.join(F.broadcast(leased), base["utube"].eqNullSafe(leased["busy_utube"]),
                             "left")
-        return flagged.select("task_id", F.col("busy_utube").isNotNull().alias("arg_busy"))
+        return flagged.select("task_id", F.coalesce("arg_busy", F.lit(False)).alias("arg_busy"))
 
     def _pick(self, sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
               chooser: Callable[[float], Chosen] | None, collect_upto: int,
@@ -841,7 +856,14 @@ class Tube:
                     head = st.ready_head(files, now, n)
                     if head is not None:  # whole files of ready tasks: no Spark job
                         return head
-                return self.driver.choose(self._candidates(now, n, gone), n, win)
+                live, near_head = self._candidates(now, n, gone)
+                chosen = self.driver.choose(live, n, win)
+                if near_head:  # enough free heads near the head, or choose from all
+                    chosen = chosen.localCheckpoint(eager=True)
+                    if chosen.count() < n:
+                        live, _ = self._candidates(now, n, gone, bounded=False)
+                        chosen = self.driver.choose(live, n, win)
+                return chosen
 
             done = self._apply(
                 take, None, owner=who, chooser=chooser,

@@ -47,12 +47,20 @@ class Driver(ABC):
     #: the head (the files Delta's statistics say can hold the lowest ones), so
     #: a take reads about as much of a 10,000,000-task tube as of a small one.
     head_only: ClassVar[bool] = False
+    #: ``choose`` takes, from each sub-queue with no ``taken`` row, its ``window``
+    #: lowest ``(pri, order_key, task_id)`` ready rows, then the ``n`` lowest of
+    #: those, and looks at nothing but ready and taken rows. The core may then
+    #: pass the ready rows near the head and every taken row (so that busy
+    #: sub-queues stay known), and choose again from all rows when that gives
+    #: fewer than ``n``: a take need not sort the backlog of a long sub-queue.
+    sub_queue_heads: ClassVar[bool] = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        # a subclass with its own choose promises head_only only if it says so
+        # a subclass with its own choose keeps a promise about it only if it says so
         super().__init_subclass__(**kwargs)
-        if "choose" in cls.__dict__ and "head_only" not in cls.__dict__:
-            cls.head_only = False
+        for promise in ("head_only", "sub_queue_heads"):
+            if "choose" in cls.__dict__ and promise not in cls.__dict__:
+                setattr(cls, promise, False)
 
     def __init__(self, options: dict[str, Any]) -> None:
         self.options = dict(options)

@@ -37,6 +37,7 @@ class UtubeDriver(Driver):
 
     name: ClassVar[str] = "utube"
     uses_utube: ClassVar[bool] = True
+    sub_queue_heads: ClassVar[bool] = True
 
     def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
         # Busy sub-queues are few (one per lease holder's batch): broadcast them

@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sparkqueue import FakeClock, InvalidOption, NotSupported, Queue, Tube, UtubeDriver
+from sparkqueue import FakeClock, InvalidOption, NotSupported, Queue, Tube, UtubeDriver, storage
 from tests.conftest import ids
 
 
@@ -170,6 +170,31 @@ def test_fifo_only_options_are_refused_on_utube(sq: Queue) -> None:
         fifo.take(1, window=2)
 
 
+def test_a_take_near_the_head_still_sees_a_lease_past_it(
+        ttl_ut: Tube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A take on a long tube reads the ready tasks near the head (file statistics
+    bound them) and every taken task: a sub-queue leased past that bound is busy."""
+    monkeypatch.setattr(storage, "FEW_FILES", 0)  # bound even a table of a few files
+    (late,) = put_in(ttl_ut, "a", pri=9)
+    assert ids(ttl_ut.take()) == [late]
+    first, other = ids(ttl_ut.put([{"q": "a", "i": 0}, {"q": "b", "i": 0}],
+                                  utube=F.col("q"), pri=0))
+    assert ids(ttl_ut.take()) == [other]  # `first` is ahead, but a is busy
+    assert ids(ttl_ut.tasks_by_state("ready")) == [first]
+
+
+def test_a_take_chooses_from_all_when_the_head_holds_too_few_free_heads(
+        ut: Tube, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ready tasks near the head are all of one sub-queue: a take of two looks
+    further, as Tarantool's would."""
+    monkeypatch.setattr(storage, "FEW_FILES", 0)
+    a = put_in(ut, "a", 3)
+    assert ids(ut.take()) == a[:1]
+    ut.release(a[0])  # one file of a's three tasks, all ready
+    b = ids(ut.put([{"q": "b", "i": 0}, {"q": "c", "i": 0}], utube=F.col("q")))
+    assert ids(ut.take(2)) == [a[0], b[0]]
+
+
 class _StaleOnce(UtubeDriver):
     """Chooses from a snapshot taken before another consumer leased from the sub-queue.
 
@@ -201,6 +226,23 @@ def test_a_choice_made_before_another_lease_is_chosen_again(
     assert t.take(timeout=0).count() == 0  # retried: chose again, x is busy
     assert _StaleOnce.stale is None
     assert ids(t.tasks_by_state("taken")) == [first]
+
+
+@pytest.mark.parametrize("busy", ["x", None])
+def test_a_range_choice_leaves_the_rows_of_a_sub_queue_leased_meanwhile(
+        sq: Queue, spark: SparkSession, busy: str | None) -> None:
+    """A choice of consecutive ids runs on their id range with the busy sub-queues
+    read in its own commit: a row whose sub-queue was leased since is left ready,
+    the others are leased (also for the sub-queue of tasks put without utube)."""
+    sq.register_driver("stale_once", _StaleOnce)
+    t = sq.create_tube("s", "stale_once")
+    first, second = put_in(t, busy, 2)
+    (other,) = put_in(t, "y")
+    assert ids(sq.tube("s").take(owner="other")) == [first]
+    _StaleOnce.stale = spark.createDataFrame([(second, "ready", busy), (other, "ready", "y")],
+                                             "task_id long, status string, utube string")
+    assert ids(t.take(2)) == [other]
+    assert ids(t.tasks_by_state("ready")) == [second]
 
 
 def test_a_take_that_acks_a_head_takes_the_next_of_its_sub_queue(sq: Queue) -> None:
