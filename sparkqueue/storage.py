@@ -597,7 +597,14 @@ class Layout:
             [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)],
             "task_id long, status string, inbox_version long, order_key long",
         )
-        frame = rows.unionByName(marker, allowMissingColumns=True)
+        # One writer for the tasks, ids in order: their files hold consecutive ids,
+        # TASK_FILE_ROWS each from the ingest's first, and the marker a file of its
+        # own. A take of whole such runs then leaves files of its tasks only, which
+        # its ack removes whole; two writers would each start files where their input
+        # split started, and a take's rewrite of the file it ends in would mix ready
+        # rows into its files.
+        frame = rows.coalesce(1).sortWithinPartitions("task_id").unionByName(
+            marker, allowMissingColumns=True)
         (frame.write.format("delta").mode("append")
          .option("txnAppId", "sq-ingest").option("txnVersion", since.version)
          .option("mergeSchema", "true")
