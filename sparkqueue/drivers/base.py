@@ -47,7 +47,7 @@ class Driver(ABC):
     #: the head (the files Delta's statistics say can hold the lowest ones), so
     #: a take reads about as much of a 10,000,000-task tube as of a small one.
     head_only: ClassVar[bool] = False
-    #: ``choose`` takes, from each sub-queue with no ``taken`` row, its ``window``
+    #: ``choose`` takes, from each sub-queue with no ``eff = 'taken'`` row, its ``window``
     #: lowest ``(pri, order_key, task_id)`` ready rows, then the ``n`` lowest of
     #: those, and looks at nothing but ready and taken rows. The core may then
     #: pass the ready rows near the head and every taken row (so that busy
