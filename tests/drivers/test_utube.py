@@ -229,11 +229,11 @@ def test_a_choice_made_before_another_lease_is_chosen_again(
 
 
 @pytest.mark.parametrize("busy", ["x", None])
-def test_a_range_choice_leaves_the_rows_of_a_sub_queue_leased_meanwhile(
+def test_a_stale_choice_leases_no_task_of_a_sub_queue_leased_meanwhile(
         sq: Queue, spark: SparkSession, busy: str | None) -> None:
-    """A choice of consecutive ids runs on their id range with the busy sub-queues
-    read in its own commit: a row whose sub-queue was leased since is left ready,
-    the others are leased (also for the sub-queue of tasks put without utube)."""
+    """A take whose choice holds a task of a sub-queue another consumer leased
+    since chooses again and leases only the others; also for the sub-queue of
+    tasks put without utube (its NULL must count as busy in the commit's check)."""
     sq.register_driver("stale_once", _StaleOnce)
     t = sq.create_tube("s", "stale_once")
     first, second = put_in(t, busy, 2)
