@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sparkqueue import FakeClock, InvalidState, NotOwner, Queue, TaskNotFound, Tube
+from sparkqueue import FakeClock, InvalidState, NotOwner, Queue, TaskNotFound, Tube, storage
 from sparkqueue.storage import whole_files
 
 from .conftest import ids
@@ -40,6 +40,27 @@ def taken_whole(sq: Queue, n: int = 5, **options: Any) -> tuple[Tube, int]:
     t.put([{"n": i} for i in range(n)])
     assert len(ids(t.take(n))) == n
     return t, t._layout.latest_version(t._layout.tasks("acks"))
+
+
+def test_an_ingest_writes_runs_of_ids_so_a_take_of_whole_runs_acks_whole(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Puts in several inbox files are ingested by one writer in id order: files of
+    TASK_FILE_ROWS consecutive ids from the first, so a take of two runs leaves
+    files of its tasks only, and its ack removes them without a MERGE."""
+    monkeypatch.setattr(storage, "TASK_FILE_ROWS", 3)
+    monkeypatch.setattr(storage, "FEW_FILES", 0)  # statistics even for a few files
+    t = sq.create_tube("runs", "fifottl")
+    for _ in range(2):
+        t.put([{"n": i} for i in range(4)])
+    t._ingest()
+    path = t._layout.tasks("runs")
+    runs = sorted((f["min_task_id"], f["max_task_id"], f["rows"])
+                  for f in t._layout.file_stats(path) if f["min_task_id"] >= 0)
+    assert runs == [(0, 2, 3), (3, 5, 3), (6, 7, 2)]
+    batch = ids(t.take(6))
+    before = t._layout.latest_version(path)
+    t.ack(batch)
+    assert operations(t, before) == [("DELETE", "ack")]
 
 
 def test_an_ack_of_whole_files_removes_them_without_a_merge(sq: Queue,
