@@ -64,6 +64,7 @@ EXPIRY_COUNTS = {"ttr": "taken", "delay": "delayed", "ttl": "expired"}
 CALL_METRICS = {
     "put": {"put": ("numOutputRows",)},
     "take+ack": {"take": ("numTargetRowsUpdated",), "ack": ("numTargetRowsDeleted",)},
+    "ingest+take": {"take": ("take",)},  # from its tag: an append has no rows-updated metric
 }
 #: Commits of the machinery, not of a Tarantool verb: they count no calls.
 NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge"})
@@ -203,18 +204,20 @@ class Tube:
         files = [f for f in files if after is None or f.version > after]
         if not files:
             return None
-        rows = self._layout.read(self._layout.inbox(self.name), spark, version=upto)
+        payload = self._tube_schema()
+        assert payload is not None  # there were puts
+        rows = self._layout.read_files(self._layout.inbox(self.name), [f.name for f in files],
+                                       st.inbox_schema(payload), spark)
         fields = FILE_TAG_FIELDS + PUT_TAG_FIELDS
         values = [(f.name, f.first_id, f.version, f.tag["now"], f.tag["pri"],
                    *[f.tag.get(k) for k in ("utube", "ttl", "ttr", "delay")]) for f in files]
         if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job
             lit = st.sql_literal
-            names = ", ".join(lit(v[0], "string") for v in values)
             tags = ", ".join(
                 lit(v[0], "string") + ", named_struct(" + ", ".join(
                     f"'{k}', {lit(x, t)}" for x, (k, t) in zip(v[1:], fields, strict=True))
                 + ")" for v in values)
-            rows = rows.where(f"_metadata.file_name IN ({names})").selectExpr(
+            rows = rows.selectExpr(
                 "*", "_metadata.row_index AS _row",
                 f"element_at(map({tags}), _metadata.file_name) AS c")
         else:
@@ -865,6 +868,10 @@ class Tube:
                         chosen = self.driver.choose(live, n, win)
                 return chosen
 
+            if not acking:
+                fresh = self._take_fresh(take, n, win, who)
+                if fresh is not None:
+                    return fresh
             done = self._apply(
                 take, None, owner=who, chooser=chooser,
                 deadline=self._deadline(wait if wait != float("inf") else 0.0),
@@ -877,6 +884,99 @@ class Tube:
             if remaining <= 0:
                 return self._empty()
             time.sleep(min(self._q.config.poll_interval, remaining))
+
+    def _take_fresh(self, take: _Op, n: int, win: int, who: str) -> DataFrame | None:
+        """The take's tasks when it could choose only among puts not yet ingested:
+        they are ingested with the chosen ones already leased, in one commit.
+
+        That is when file statistics show that the tasks table holds no ready
+        task, with a driver that looks only at ready tasks and leases
+        (``head_only``, ``sub_queue_heads``): a consumer that keeps up with
+        its producers. Each new task is then written once, where an ingest
+        and a MERGE would write the leased ones twice and run two commits.
+        None when it does not apply or chose nothing (the ingest committed
+        all the same): the take then goes the usual way.
+
+        The commit has read the whole tasks table (:meth:`Layout.reading_all`),
+        so the leases it saw and the cursor it read stay true until it
+        commits, or it conflicts. A conflict also sends the take the usual
+        way (ingest, then MERGE), which other commits cannot starve as they
+        could a transaction that reads everything.
+        """
+        driver = self.driver
+        if not (driver.head_only or driver.sub_queue_heads):
+            return None
+        layout = self._layout
+        path = layout.tasks(self.name)
+        upto = layout.latest_version(layout.inbox(self.name))
+        if upto <= self._ingested_upto:
+            return None
+        try:
+            return self._guarded(lambda: self._ingest_taking(take, n, win, who, path, upto))
+        except Exception as e:
+            if st.is_conflict(e):
+                return None
+            raise
+
+    def _ingest_taking(self, take: _Op, n: int, win: int, who: str, path: str,
+                       upto: int) -> DataFrame | None:
+        """:meth:`_take_fresh`'s one attempt."""
+        layout = self._layout
+        txn = layout.reading_all(path)
+        now = self._now()
+        files = layout.files_at(path, int(txn.snapshot().version()))
+        if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
+            return None
+        cursor = layout.cursor(self.name)
+        if cursor.version >= upto:
+            self._ingested_upto = upto
+            return None
+        _, next_id = layout.put_files(self.name, cursor, upto)
+        tag = CommitTag.new("ingest+take", upto=upto, next_id=next_id)
+        with layout.tagged(tag) as sess:
+            pending = self._pending(sess, cursor, upto)
+            if pending is None or not layout.fits(txn, pending):
+                return None
+            pending = pending.coalesce(1).sortWithinPartitions("task_id").localCheckpoint()
+            live = pending.withColumn("eff", F.expr(effective_status(now)))
+            if self.driver.sub_queue_heads:  # the tasks table's leases keep sub-queues busy
+                leased = (layout.read(path, sess).where("status = 'taken'")
+                          .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now))))
+                live = live.unionByName(leased.where("eff = 'taken'"))
+            picked = self._pick(sess, now, None, lambda _: self.driver.choose(live, n, win),
+                                n if n <= COLLECT_UPTO else 0)
+            rows, changes = pending, pending.withColumn("_change_type", F.lit("insert"))
+            if picked is not None:
+                chosen, lo, hi, counts, count = picked
+                tag = CommitTag(tag.op, tag.token, tuple(sorted(
+                    {**dict(tag.extra), **counts, "take": count}.items())))
+                sess.conf.set(st.USER_METADATA, tag.json())
+                ctx = self._sql_context(now, owner=st.sql_literal(who, "string"),
+                                        token=st.sql_literal(uuid.uuid4().hex, "string"))
+                action = self._action_set(take, tag, ctx)
+                if count == hi - lo + 1:  # a run of ids: no join
+                    marked = pending.withColumn("arg_take",
+                                                F.expr(f"task_id BETWEEN {lo} AND {hi}"))
+                else:
+                    marked = pending.join(F.broadcast(chosen.select(
+                        "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
+                rows = marked.alias("t").selectExpr(*[
+                    f"CASE WHEN t.arg_take THEN {action[c]} ELSE t.{c} END AS {c}"
+                    if c in action else c for c in pending.columns])
+                changes = changes.unionByName(
+                    marked.where("arg_take").drop("arg_take")
+                    .withColumn("_change_type", F.lit("update_preimage"))).unionByName(
+                    rows.where(F.col("change_token") == tag.token)
+                    .withColumn("_change_type", F.lit("update_postimage")))
+            version = layout.commit_ingest(txn, self.name, cursor, st.Cursor(upto, next_id),
+                                           rows, changes, tag)
+        self._ingested_upto = upto
+        if picked is None:
+            return None
+        result = layout.changed_at(self.name, version, tag.token, lo, hi).select(
+            *st.PUBLIC_COLUMNS)
+        self._emit(result, "take")
+        return result
 
     # -- taken → … ------------------------------------------------------------------------
 
@@ -1173,9 +1273,10 @@ class Tube:
     def _logged_calls(self) -> dict[str, int]:
         """Call counts from both tables' commit logs, read incrementally.
 
-        A commit counts the rows it changed under its operation's name, and
-        the expiries it wrote down (its tag's ttl, ttr and delay); commits of
-        the machinery (ingest, sweep, purge, ...) count only the latter.
+        A commit counts the rows it changed under its operation's name (or
+        the count its tag holds, where its metrics have none), and the
+        expiries it wrote down (its tag's ttl, ttr and delay); commits of the
+        machinery (ingest, sweep, purge, ...) count only the latter.
         """
         total: dict[str, int] = {}
         for path in (self._layout.inbox(self.name), self._layout.tasks(self.name)):
@@ -1192,7 +1293,7 @@ class Tube:
                         "numTargetRowsUpdated", "numTargetRowsDeleted", "numDeletedRows",
                         "numUpdatedRows")}).items():
                     counts[name] = counts.get(name, 0) + sum(
-                        int(h["metrics"].get(k, 0)) for k in keys)
+                        int({**h["metrics"], **h["tag"]}.get(k, 0)) for k in keys)
             self._stats_cache[path] = (seen, counts)
             for k, v in counts.items():
                 total[k] = total.get(k, 0) + v

@@ -1,0 +1,134 @@
+"""A take of puts not yet ingested when the tasks table holds no ready task:
+the ingest and the lease are one commit (``ingest+take``).
+
+It means what an ingest followed by a take means: each task once, busy
+sub-queues passed over, calls counted, the change feed showing the put and
+the take. A commit another process made meanwhile sends the take the usual
+way (ingest, then MERGE), and an ingest from the same cursor is skipped.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import SparkSession
+
+import sparkqueue
+from sparkqueue import FakeClock, Queue, Tube, storage
+
+from .conftest import ids
+from .test_ack_files import operations
+
+
+def primed(sq: Queue, name: str, type_name: str, **options: Any) -> Tube:
+    """A tube that has seen one put, take and ack: its tasks table knows the payload
+    and holds no task (a consumer that keeps up with its producers)."""
+    t = sq.create_tube(name, type_name, **options)
+    t.put({"n": -1}, **({"utube": "first"} if t.driver.uses_utube else {}))
+    t.ack(t.take(1))
+    return t
+
+
+def tasks_version(t: Tube) -> int:
+    return t._layout.latest_version(t._layout.tasks(t.name))
+
+
+@pytest.mark.parametrize("type_name", ["fifottl", "utube"])
+def test_a_take_of_new_puts_ingests_and_leases_in_one_commit(
+        sq: Queue, spark: SparkSession, type_name: str) -> None:
+    t = primed(sq, "fresh", type_name)
+    before = tasks_version(t)
+    t.put([{"n": i} for i in range(3)], **({"utube": "q"} if type_name == "utube" else {}))
+    got = t.take(2, **({"window": 2} if type_name == "utube" else {}))
+    assert operations(t, before) == [("WRITE", "ingest+take")], "one commit, no MERGE"
+    expected = spark.createDataFrame([(1, "taken", "consumer-a", 1), (2, "taken", "consumer-a", 1)],
+                                     "task_id long, status string, owner string, taken_count long")
+    assert_df_equality(got.select(*expected.columns), expected, ignore_row_order=True,
+                       ignore_nullable=True)
+    assert [r["status"] for r in t.peek([1, 2, 3]).orderBy("task_id").collect()] == [
+        "taken", "taken", "ready"]
+    stats = t.statistics()
+    assert stats["calls"]["take"] == 3 and stats["calls"]["put"] == 4
+    assert stats["tasks"]["taken"] == 2 and stats["tasks"]["ready"] == 1
+
+    query = (t.changes(starting_version=before + 1).writeStream.format("memory")
+             .queryName(f"fresh_{type_name}").trigger(availableNow=True).start())
+    query.awaitTermination()
+    feed = spark.table(f"fresh_{type_name}").select("task_id", "status", "event")
+    shown = spark.createDataFrame(
+        [(1, "ready", "put"), (2, "ready", "put"), (3, "ready", "put"),
+         (1, "taken", "take"), (2, "taken", "take")], feed.schema)
+    assert_df_equality(feed, shown, ignore_row_order=True, ignore_nullable=True)
+    t.ack(got)
+    assert ids(t.take(5)) == [3], "the rest is ingested once"
+
+
+def test_a_fresh_take_passes_over_sub_queues_leased_in_the_tasks_table(sq: Queue) -> None:
+    t = primed(sq, "busy", "utube")
+    t.put({"n": 0}, utube="x")
+    assert ids(t.take(1)) == [1], "x is now leased, and the tasks table holds nothing ready"
+    before = tasks_version(t)
+    t.put([{"n": 1}], utube="x")
+    t.put([{"n": 2}], utube="y")
+    assert ids(t.take(5)) == [3], "x's next task waits for its lease"
+    assert operations(t, before) == [("WRITE", "ingest+take")]
+    t.ack(1)
+    assert ids(t.take(5)) == [2]
+
+
+def test_delayed_new_puts_are_ingested_and_taken_once_their_delay_passes(
+        sq: Queue, clock: FakeClock) -> None:
+    t = primed(sq, "later", "fifottl")
+    before = tasks_version(t)
+    t.put({"n": 0}, delay=10)
+    assert ids(t.take(1)) == [], "nothing ready yet"
+    assert operations(t, before) == [("WRITE", "ingest+take")], "ingested, none leased"
+    clock.advance(10)
+    assert ids(t.take(1)) == [1]
+    assert t.statistics()["calls"]["delay"] == 1
+
+
+def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process ingests between the take's snapshot and its commit: the
+    commit conflicts (it read the whole table), and the take leases by MERGE
+    the tasks that ingest wrote; none is ingested twice."""
+    t = primed(sq, "race", "fifottl")
+    before = tasks_version(t)
+    t.put([{"n": i} for i in range(3)])
+    other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("race")
+    commit = storage.Layout.commit_ingest
+    raced: list[int] = []
+
+    def ingest_first(self: storage.Layout, *args: Any, **kwargs: Any) -> int:
+        if not raced:
+            other._ingest()
+            raced.append(1)
+        return commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(storage.Layout, "commit_ingest", ingest_first)
+    assert ids(t.take(2)) == [1, 2]
+    assert [op for _, op in operations(t, before)] == ["ingest", "take"]
+    rows = t._layout.read(t._layout.tasks("race")).where("task_id >= 0")
+    assert sorted(r["task_id"] for r in rows.collect()) == [1, 2, 3], "each task once"
+
+
+def test_an_ingest_from_the_cursor_a_fresh_take_ingested_from_is_skipped(
+        sq: Queue, spark: SparkSession) -> None:
+    """The commit records the ingest's transaction id as an ingest does: a late
+    ingest from the same cursor appends nothing."""
+    t = primed(sq, "late", "fifottl")
+    t.put([{"n": 0}, {"n": 1}])
+    layout = t._layout
+    start, upto = layout.cursor("late"), layout.latest_version(layout.inbox("late"))
+    late = t._pending(spark, start, upto)
+    assert late is not None
+    before = tasks_version(t)
+    assert ids(t.take(1)) == [1]
+    assert operations(t, before) == [("WRITE", "ingest+take")]
+    after = tasks_version(t)
+    layout.write_marker("late", start, storage.Cursor(upto, 3), late)
+    assert tasks_version(t) == after, "the late ingest was skipped"
+    assert ids(t.take(5)) == [2]
