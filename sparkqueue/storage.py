@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
+from urllib.parse import unquote
 
 from delta.tables import DeltaTable
 from py4j.protocol import Py4JError
@@ -693,19 +694,21 @@ class Layout:
             reader = reader.option("versionAsOf", version)
         return reader.load(path)
 
-    def read_files(self, path: str, names: list[str], schema: T.StructType,
+    def read_files(self, path: str, names: list[str], schema: T.StructType | None,
                    spark: SparkSession | None = None) -> DataFrame:
         """The data files ``names`` of the table at ``path``, read as the Parquet files
         they are, with ``_metadata`` (``file_name``, ``row_index``).
 
-        For files the caller found in the log (the puts an ingest moves): a
-        Delta read of a version not read before would first rebuild that
-        version's file list in a Spark job (about 0.5 s here) to find them.
-        Only for files never rewritten and with no deletion vector (the
-        inbox's). ``schema``: the table's (a put's files may lack nothing).
+        For files the caller found in the log (the puts an ingest moves, the
+        files a commit added or removed): a Delta read of a version not read
+        before would first rebuild that version's file list in a Spark job
+        (about 0.5 s here) to find them. Only for files with no deletion
+        vector. ``schema``: the table's, or None when the files share one
+        (it is then read from a file's footer).
         """
         files = [re.sub(r"([\\{}\[\]*?])", r"\\\1", f"{path}/{n}") for n in names]  # not globs
-        return (spark or self.spark).read.schema(schema).parquet(*files)
+        reader = (spark or self.spark).read
+        return (reader if schema is None else reader.schema(schema)).parquet(*files)
 
     def file_stats(self, path: str) -> list[dict[str, Any]]:
         """Per data file of the newest snapshot, what :func:`head_bound` reads.
@@ -1176,20 +1179,53 @@ class Layout:
         are read at the version before, as no commit between the operation's
         snapshot and its own changed them (its commit would have conflicted).
         ``lo``/``hi`` bound every id the commit touched, so reads skip the
-        other files.
+        other files. Rows a commit updated are in the files it added, rows
+        it deleted in the files it removed: those are read (:meth:`commit_files`).
         """
         bounds = f"task_id BETWEEN {lo} AND {hi}"
         spark = removable.sparkSession if removable is not None else self.spark
-        updated = (self.read(self.tasks(tube), spark, version).where(bounds)
-                   .where(F.col("change_token") == token))
+        path = self.tasks(tube)
+        files = self.commit_files(path, version)
+
+        def updated() -> DataFrame:
+            return (self._files_or_table(path, files and files[0], version, spark)
+                    .where(bounds).where(F.col("change_token") == token))
+
         if removable is None:
-            return updated
-        removed = (self.read(self.tasks(tube), spark, version - 1).where(bounds)
-                   .join(removable.select("task_id"), "task_id", "left_semi"))
+            return updated()
+        removed = (self._files_or_table(path, files and files[1], version - 1, spark)
+                   .where(bounds).join(removable.select("task_id"), "task_id", "left_semi"))
         if not updates:
             return removed.withColumn("status", F.lit("done"))
-        removed = removed.join(updated.select("task_id"), "task_id", "left_anti")
-        return updated.unionByName(removed.withColumn("status", F.lit("done")))
+        changed = updated()
+        removed = removed.join(changed.select("task_id"), "task_id", "left_anti")
+        return changed.unionByName(removed.withColumn("status", F.lit("done")))
+
+    def commit_files(self, path: str, version: int) -> tuple[list[str], list[str]] | None:
+        """The data files the commit at ``version`` of ``path`` added and removed, as
+        paths under the table; None when its commit file is gone, or a file has
+        a deletion vector (its rows are not all the file's)."""
+        log, fs = self._fs(path)
+        text = self._commit_text(log, fs, version)
+        if text is None:
+            return None
+        found: tuple[list[str], list[str]] = ([], [])
+        for line in text.splitlines():
+            action = json.loads(line)
+            for kind, names in zip(("add", "remove"), found, strict=True):
+                if kind in action:
+                    if action[kind].get("deletionVector"):
+                        return None
+                    names.append(unquote(action[kind]["path"]))
+        return found
+
+    def _files_or_table(self, path: str, names: list[str] | None, version: int,
+                        spark: SparkSession) -> DataFrame:
+        """The rows of the data files ``names`` of ``path`` (at ``version``), or, when
+        they are not known or none, the whole table at ``version``."""
+        if not names:
+            return self.read(path, spark, version)
+        return self.read_files(path, names, None, spark)
 
 
 def _fields_of(schema: T.StructType) -> list[tuple[str, str]]:
