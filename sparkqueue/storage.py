@@ -115,6 +115,9 @@ TASK_COLUMNS: list[tuple[str, T.DataType]] = [
     ("change_token", T.StringType()),
 ]
 
+#: Every column of the tasks table, once a put gave it the payload's.
+TASK_TABLE_COLUMNS = [name for name, _ in TASK_COLUMNS] + ["data"]
+
 #: Columns of the inbox table besides ``data``: the options a put gave as
 #: Columns, one value per row (NULL: the put's tag has the value). task_id comes
 #: from the row's place in the log (:meth:`Layout.put_files`), everything else
@@ -235,18 +238,18 @@ def may_hold_ready(f: dict[str, Any], now: float) -> bool:
     leave room. A take on a table where no file does finds nothing without
     reading it (a drain's last take, a consumer polling an empty tube).
     """
+    lease = f["min_lease_end"]
+    return may_hold(f, "ready") or may_hold(f, "delayed") or (
+        may_hold(f, "taken") and (lease is None or lease <= now))
+
+
+def may_hold(f: dict[str, Any], status: str) -> bool:
+    """Whether a data file's statistics leave room for a row stored with ``status``
+    (unknown statistics do)."""
     lo, hi = f["min_status"], f["max_status"]
     if f["rows"] is None or lo is None or hi is None or f["status_nulls"]:
         return True
-    if not f["rows"]:
-        return False
-
-    def held(status: str) -> bool:
-        return bool(lo <= status <= hi)
-
-    lease = f["min_lease_end"]
-    return held("ready") or held("delayed") or (
-        held("taken") and (lease is None or lease <= now))
+    return bool(f["rows"]) and lo <= status <= hi
 
 
 def head_bound(files: list[Any], now: float, n: int) -> str | None:
@@ -696,8 +699,9 @@ class Layout:
 
     def read_files(self, path: str, names: list[str], schema: T.StructType | None,
                    spark: SparkSession | None = None) -> DataFrame:
-        """The data files ``names`` of the table at ``path``, read as the Parquet files
-        they are, with ``_metadata`` (``file_name``, ``row_index``).
+        """The data files ``names`` (as the log names them) of the table at ``path``,
+        read as the Parquet files they are, with ``_metadata`` (``file_name``,
+        ``row_index``).
 
         For files the caller found in the log (the puts an ingest moves, the
         files a commit added or removed): a Delta read of a version not read
@@ -706,7 +710,8 @@ class Layout:
         vector. ``schema``: the table's, or None when the files share one
         (it is then read from a file's footer).
         """
-        files = [re.sub(r"([\\{}\[\]*?])", r"\\\1", f"{path}/{n}") for n in names]  # not globs
+        files = [re.sub(r"([\\{}\[\]*?])", r"\\\1", f"{path}/{unquote(n)}")  # not globs
+                 for n in names]
         reader = (spark or self.spark).read
         return (reader if schema is None else reader.schema(schema)).parquet(*files)
 
@@ -1203,7 +1208,7 @@ class Layout:
 
     def commit_files(self, path: str, version: int) -> tuple[list[str], list[str]] | None:
         """The data files the commit at ``version`` of ``path`` added and removed, as
-        paths under the table; None when its commit file is gone, or a file has
+        the log names them; None when its commit file is gone, or a file has
         a deletion vector (its rows are not all the file's)."""
         log, fs = self._fs(path)
         text = self._commit_text(log, fs, version)
@@ -1216,7 +1221,7 @@ class Layout:
                 if kind in action:
                     if action[kind].get("deletionVector"):
                         return None
-                    names.append(unquote(action[kind]["path"]))
+                    names.append(action[kind]["path"])
         return found
 
     def _files_or_table(self, path: str, names: list[str] | None, version: int,
@@ -1225,7 +1230,12 @@ class Layout:
         they are not known or none, the whole table at ``version``."""
         if not names:
             return self.read(path, spark, version)
-        return self.read_files(path, names, None, spark)
+        return self.read_task_files(path, names, spark)
+
+    def read_task_files(self, path: str, names: list[str], spark: SparkSession) -> DataFrame:
+        """:meth:`read_files` for data files of a tasks table: its columns only (files
+        Delta wrote with a change feed on carry its change columns too)."""
+        return self.read_files(path, names, None, spark).select(*TASK_TABLE_COLUMNS)
 
 
 def _fields_of(schema: T.StructType) -> list[tuple[str, str]]:

@@ -939,13 +939,14 @@ class Tube:
                 return None
             pending = pending.coalesce(1).sortWithinPartitions("task_id").localCheckpoint()
             live = pending.withColumn("eff", F.expr(effective_status(now)))
-            if self.driver.sub_queue_heads:  # the tasks table's leases keep sub-queues busy
-                leased = (layout.read(path, sess).where("status = 'taken'")
+            held = [name for name, f in files.items() if st.may_hold(f, "taken")]
+            if self.driver.sub_queue_heads and held:  # leases keep their sub-queues busy
+                leased = (layout.read_task_files(path, held, sess).where("status = 'taken'")
                           .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now))))
                 live = live.unionByName(leased.where("eff = 'taken'"))
             picked = self._pick(sess, now, None, lambda _: self.driver.choose(live, n, win),
                                 n if n <= COLLECT_UPTO else 0)
-            rows, changes = pending, pending.withColumn("_change_type", F.lit("insert"))
+            rows, changes = pending, pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
             if picked is not None:
                 chosen, lo, hi, counts, count = picked
                 tag = CommitTag(tag.op, tag.token, tuple(sorted(
@@ -965,9 +966,9 @@ class Tube:
                     if c in action else c for c in pending.columns])
                 changes = changes.unionByName(
                     marked.where("arg_take").drop("arg_take")
-                    .withColumn("_change_type", F.lit("update_preimage"))).unionByName(
+                    .withColumn(st.CHANGE_TYPE, F.lit("update_preimage"))).unionByName(
                     rows.where(F.col("change_token") == tag.token)
-                    .withColumn("_change_type", F.lit("update_postimage")))
+                    .withColumn(st.CHANGE_TYPE, F.lit("update_postimage")))
             version = layout.commit_ingest(txn, self.name, cursor, st.Cursor(upto, next_id),
                                            rows, changes, tag)
         self._ingested_upto = upto

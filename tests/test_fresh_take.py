@@ -132,3 +132,23 @@ def test_an_ingest_from_the_cursor_a_fresh_take_ingested_from_is_skipped(
     layout.write_marker("late", start, storage.Cursor(upto, 3), late)
     assert tasks_version(t) == after, "the late ingest was skipped"
     assert ids(t.take(5)) == [2]
+
+
+def test_a_fresh_take_writes_runs_of_ids_so_its_ack_removes_whole_files(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """As an ingest does: files of TASK_FILE_ROWS consecutive ids from the first,
+    the change feed's rows in files of their own; a take of whole runs is then
+    acked by removing its files."""
+    monkeypatch.setattr(storage, "TASK_FILE_ROWS", 3)
+    monkeypatch.setattr(storage, "FEW_FILES", 0)
+    t = primed(sq, "runs", "fifottl")
+    for _ in range(2):
+        t.put([{"n": i} for i in range(4)])
+    before = tasks_version(t)
+    assert ids(t.take(6)) == list(range(1, 7))
+    path = t._layout.tasks("runs")
+    runs = sorted((f["min_task_id"], f["max_task_id"], f["min_status"], f["max_status"])
+                  for f in t._layout.file_stats(path) if f["min_task_id"] >= 0)
+    assert runs == [(1, 3, "taken", "taken"), (4, 6, "taken", "taken"), (7, 8, "ready", "ready")]
+    t.ack(list(range(1, 7)))
+    assert operations(t, before) == [("WRITE", "ingest+take"), ("DELETE", "ack")]
