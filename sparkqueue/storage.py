@@ -671,11 +671,9 @@ class Layout:
         assert jvm is not None
         sess = rows.sparkSession
         sess.conf.set("spark.sql.files.maxRecordsPerFile", str(TASK_FILE_ROWS))
-        parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
         actions = jvm.java.util.ArrayList()
-        actions.add(parse.fromJson(json.dumps({"txn": {
-            "appId": INGEST_TXN, "version": since.version,
-            "lastUpdated": int(time.time() * 1000)}})))
+        actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
+                                          "lastUpdated": int(time.time() * 1000)}}))
         feed = txn.metadata().configuration().get("delta.enableChangeDataFeed")
         keeps_feed = feed.isDefined() and str(feed.get()).lower() == "true"
         frame = self._ingest_frame(rows, cursor)
@@ -902,17 +900,23 @@ class Layout:
                                       .isin([a.path() for a in old]))
                 .repartition(1).sortWithinPartitions("task_id"))
         actions = jvm.java.util.ArrayList()
-        parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
         written = txn.writeFiles(rows._jdf).iterator()
         while written.hasNext():
             add = json.loads(written.next().json())
             add["add"]["dataChange"] = False
-            actions.add(parse.fromJson(json.dumps(add)))
+            actions.add(self._action(add))
         now = int(time.time() * 1000)
         for a in old:
             actions.add(a.removeWithTimestamp(now, False))
         self._commit_actions(txn, actions)
         return len(old)
+
+    def _action(self, action: dict[str, Any]) -> Any:
+        """A Delta log action (its JSON form as a dict) as Delta's own object."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
+        return parse.fromJson(json.dumps(action))
 
     def _start_transaction(self, path: str) -> Any:
         """A Delta transaction on the newest snapshot of ``path`` (Delta's internal API)."""
@@ -1136,14 +1140,13 @@ class Layout:
             return None
         jvm = self.spark.sparkContext._jvm
         assert jvm is not None
-        parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
         now = int(time.time() * 1000)
         actions = jvm.java.util.ArrayList()
         for name in names:
-            actions.add(parse.fromJson(json.dumps({"remove": {
+            actions.add(self._action({"remove": {
                 "path": name, "deletionTimestamp": now, "dataChange": True,
                 "extendedFileMetadata": True, "partitionValues": {},
-                "size": files[name]["size"]}})))
+                "size": files[name]["size"]}}))
         rows = sum(int(files[name]["rows"] or 0) for name in names)
         return self._commit_actions(txn, actions, tag, deleted_rows=rows)
 

@@ -939,8 +939,9 @@ class Tube:
                 return None
             pending = pending.coalesce(1).sortWithinPartitions("task_id").localCheckpoint()
             live = pending.withColumn("eff", F.expr(effective_status(now)))
-            held = [name for name, f in files.items() if st.may_hold(f, "taken")]
-            if self.driver.sub_queue_heads and held:  # leases keep their sub-queues busy
+            held = [name for name, f in files.items()
+                    if self.driver.sub_queue_heads and st.may_hold(f, "taken")]
+            if held:  # the tasks table's leases keep their sub-queues busy
                 leased = (layout.read_task_files(path, held, sess).where("status = 'taken'")
                           .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now))))
                 live = live.unionByName(leased.where("eff = 'taken'"))
