@@ -937,7 +937,7 @@ class Tube:
             pending = self._pending(sess, cursor, upto)
             if pending is None or not layout.fits(txn, pending):
                 return None
-            pending = pending.coalesce(1).sortWithinPartitions("task_id").localCheckpoint()
+            pending = pending.localCheckpoint()  # read by the choice and the write
             live = pending.withColumn("eff", F.expr(effective_status(now)))
             held = [name for name, f in files.items()
                     if self.driver.sub_queue_heads and st.may_hold(f, "taken")]
@@ -1291,11 +1291,11 @@ class Tube:
                     counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
                 if op in NOT_CALLS:
                     continue
+                found = {**h["metrics"], **h["tag"]}
                 for name, keys in CALL_METRICS.get(op, {CALL_NAME.get(op, op): (
                         "numTargetRowsUpdated", "numTargetRowsDeleted", "numDeletedRows",
                         "numUpdatedRows")}).items():
-                    counts[name] = counts.get(name, 0) + sum(
-                        int({**h["metrics"], **h["tag"]}.get(k, 0)) for k in keys)
+                    counts[name] = counts.get(name, 0) + sum(int(found.get(k, 0)) for k in keys)
             self._stats_cache[path] = (seen, counts)
             for k, v in counts.items():
                 total[k] = total.get(k, 0) + v
