@@ -1150,13 +1150,6 @@ class Layout:
         rows = sum(int(files[name]["rows"] or 0) for name in names)
         return self._commit_actions(txn, actions, tag, deleted_rows=rows)
 
-    def commit_version(self, path: str, token: str, after_version: int) -> int:
-        """The version of the commit tagged with ``token``, made after ``after_version``."""
-        found = self.commit_of(path, token, after_version)
-        if found is None:
-            raise QueueError(f"commit tagged {token} not found in the log of {path}")
-        return found[0]
-
     def commit_of(self, path: str, token: str,
                   after_version: int) -> tuple[int, dict[str, str]] | None:
         """The version and operation metrics of the commit tagged with ``token``, made

@@ -428,7 +428,14 @@ class Tube:
                     # only the acks' guard fails with an error kind (the op's says Stale)
                     raise (self._diagnose(self._ACK, acks, failed, who, now) if acks is not None
                            else self._diagnose(op, base, failed, who, now)) from e
-                version = layout.commit_version(path, tag.token, before)
+                found = layout.commit_of(path, tag.token, before)
+                if found is None and chooser is not None:
+                    # Delta commits no MERGE that changed nothing: every chosen row was
+                    # removed (a take passes missing ids over) since the choice: choose again
+                    raise st.StaleChoice(f"{op.name} on {self.name!r}: its choice is gone")
+                if found is None:
+                    raise QueueError(f"commit tagged {tag.token} not found in the log of {path}")
+                version = found[0]
             changes = layout.changed_at(
                 self.name, version, tag.token, lo, hi, updates=op.action is not None,
                 removable=chosen if op.action is None or op.delete_when else None,
