@@ -629,10 +629,12 @@ class Layout:
         files where their input split started, and a take's rewrite of the
         file it ends in would mix ready rows into its files.
         """
-        marker = rows.sparkSession.createDataFrame(
-            [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)],
+        sess = rows.sparkSession
+        marker = sess.createDataFrame(  # one partition, not one per core (an empty task)
+            sess.sparkContext.parallelize(
+                [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)], 1),
             "task_id long, status string, inbox_version long, order_key long",
-        )
+        )  # not coalesce(1): a union of two single partitions is one (a shared file)
         return rows.coalesce(1).sortWithinPartitions("task_id").unionByName(
             marker, allowMissingColumns=True)
 

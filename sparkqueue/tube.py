@@ -972,11 +972,15 @@ class Tube:
                 rows = marked.alias("t").selectExpr(*[
                     f"CASE WHEN t.arg_take THEN {action[c]} ELSE t.{c} END AS {c}"
                     if c in action else c for c in pending.columns])
-                changes = changes.unionByName(
-                    marked.where("arg_take").drop("arg_take")
-                    .withColumn(st.CHANGE_TYPE, F.lit("update_preimage"))).unionByName(
-                    rows.where(F.col("change_token") == tag.token)
-                    .withColumn(st.CHANGE_TYPE, F.lit("update_postimage")))
+                # The feed, in one pass over the puts: each put's insert, and a taken
+                # one's post-image. No pre-image: it would repeat the insert, a state
+                # no version held, and changes() reads inserts and post-images only.
+                changes = marked.withColumn(st.CHANGE_TYPE, F.explode(F.expr(
+                    "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
+                    "ELSE array('insert') END"))).alias("t").selectExpr(*[
+                        f"CASE WHEN {st.CHANGE_TYPE} = 'update_postimage' THEN {action[c]} "
+                        f"ELSE t.{c} END AS {c}" if c in action else c
+                        for c in pending.columns], st.CHANGE_TYPE)
             version = layout.commit_ingest(txn, self.name, cursor, st.Cursor(upto, next_id),
                                            rows, changes, tag)
         self._ingested_upto = upto

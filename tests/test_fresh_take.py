@@ -61,6 +61,11 @@ def test_a_take_of_new_puts_ingests_and_leases_in_one_commit(
         [(1, "ready", "put"), (2, "ready", "put"), (3, "ready", "put"),
          (1, "taken", "take"), (2, "taken", "take")], feed.schema)
     assert_df_equality(feed, shown, ignore_row_order=True, ignore_nullable=True)
+    raw = (spark.read.format("delta").option("readChangeFeed", "true")
+           .option("startingVersion", before + 1).load(t._layout.tasks(t.name)))
+    assert sorted((r["task_id"], r["_change_type"]) for r in raw.collect()) == [
+        (1, "insert"), (1, "update_postimage"), (2, "insert"), (2, "update_postimage"),
+        (3, "insert")], "no pre-image of a task put in the same commit"
     t.ack(got)
     assert ids(t.take(5)) == [3], "the rest is ingested once"
 
