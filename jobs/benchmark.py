@@ -27,7 +27,9 @@ The sweep section times one sweeper pass over a 100,000-task and a
 
 The utube section runs the Tarantool queue README's two utube benchmarks:
 
-- 30,000 sub-queues of one task each: put all, then take + ack all;
+- 30,000 sub-queues of one task each: put all (against a plain append of the
+  same rows), then take + ack all; each a median of --repeat rounds on new
+  tubes after a warm-up round;
 - busy sub-queues: 10 sub-queues of 1,000, 10,000 and 150,000 tasks, drained
   in order with window 10,000 (against a fifottl drain of the same rows in
   the same batches, and by a Consumer, also on a tube with ``change_feed=False``),
@@ -180,21 +182,34 @@ def sub_queue_rows(spark: SparkSession, queues: int, each: int) -> DataFrame:
 
 
 def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
-                figures: dict[str, Any], sizes: list[int], rounds: int) -> None:
+                figures: dict[str, Any], sizes: list[int], rounds: int, repeat: int) -> None:
     """The Tarantool queue README's utube benchmarks, with same-process baselines."""
     say("utube: 30,000 one-task sub-queues")
     one_each = sub_queue_rows(spark, 30_000, 1)
-    warm = sq.create_tube("uwarm", "utube")
-    warm.put(sub_queue_rows(spark, 100, 1), utube=F.col("q"))
-    drain_all(warm, 1000)
-    u = sq.create_tube("u30k", "utube")
-    u.put(sub_queue_rows(spark, 1, 1), utube=F.col("q"))
-    drain_all(u, 10)
-    one_each.write.format("delta").save(f"{root}/u30k_plain")
-    figures["utube_30k_put_s"] = timed(lambda: u.put(one_each, utube=F.col("q")))
-    figures["utube_30k_append_s"] = timed(
-        lambda: one_each.write.format("delta").mode("append").save(f"{root}/u30k_plain"))
-    figures["utube_30k_take_ack_s"] = timed(lambda: drain_all(u, 30_000))
+    one = sub_queue_rows(spark, 1, 1)
+    # Each figure a median of --repeat rounds after a warm-up round, each round on a new
+    # tube and a new plain table that have had two puts (appends) of one row: a tube's
+    # first two puts pay one-time Delta costs (its payload schema; then a checksum
+    # that lists every file, rebuilt from the table's state in two Spark jobs).
+    # The put and the append alternate in order.
+    times: dict[str, list[float]] = {"put": [], "append": [], "take_ack": []}
+    for i in range(repeat + 1):
+        u = sq.create_tube(f"u30k_{i}", "utube")
+        plain = f"{root}/u30k_plain_{i}"
+        for _ in range(2):
+            u.put(one, utube=F.col("q"))
+            one.write.format("delta").mode("append").save(plain)
+        drain_all(u, 10)
+        runs = [("put", lambda u=u: u.put(one_each, utube=F.col("q"))),
+                ("append", lambda plain=plain: one_each.write.format("delta").mode("append")
+                 .save(plain))]
+        took = {key: timed(run) for key, run in (runs if i % 2 else reversed(runs))}
+        took["take_ack"] = timed(lambda u=u: drain_all(u, 30_000))
+        if i:  # the first round is the warm-up
+            for key, value in took.items():
+                times[key].append(value)
+    for key, values in times.items():
+        figures[f"utube_30k_{key}_s"] = statistics.median(values)
     figures["utube_30k_total_s"] = figures["utube_30k_put_s"] + figures["utube_30k_take_ack_s"]
 
     for each in sizes:
@@ -429,7 +444,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if "utube" in sections:
         bench_utube(spark, sq, root, figures,
-                    [int(x) for x in args.utube_sizes.split(",")], args.utube_rounds)
+                    [int(x) for x in args.utube_sizes.split(",")], args.utube_rounds,
+                    args.repeat)
 
     if "sweep" in sections:
         bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])

@@ -138,3 +138,19 @@ def test_whole_files_takes_only_files_that_are_exactly_the_ids() -> None:
     long_owner = "o" * 40  # Delta keeps a 32-character prefix in statistics
     cut = {"a": {**stats(0, 9), "min_owner": long_owner[:32], "max_owner": long_owner[:32] + "~"}}
     assert whole_files(cut, list(range(10)), long_owner, 50.0) is None
+
+
+def test_the_tasks_table_keeps_statistics_of_the_columns_that_are_read(sq: Queue) -> None:
+    """Delta keeps per-file statistics of STATS_COLUMNS only (what the file
+    statistics above read, and what operations filter on): not of the
+    payload, tokens or counters, whose statistics every write would pay for."""
+    t, _ = taken_whole(sq)
+    log = Path(t._layout.tasks(t.name)) / "_delta_log"
+    kept = set()
+    for f in log.glob("*.json"):
+        for line in f.read_text().splitlines():
+            add = json.loads(line).get("add")
+            if add and add.get("stats"):
+                kept |= set(json.loads(add["stats"]).get("nullCount", {}))
+    assert kept == set(storage.STATS_COLUMNS)
+    assert {col for _, col in storage.FILE_STATS.values()} <= kept
