@@ -589,9 +589,13 @@ class Layout:
             # its file (``_metadata.row_index``), half of its task id. Not row
             # tracking: it makes every append rebuild the snapshot's state (three
             # Spark jobs, ~0.7 s here, whatever the put's size). Inbox files must
-            # never be rewritten (ids would move): no auto compaction.
+            # never be rewritten (ids would move): no auto compaction. Statistics: row
+            # counts only (ids count rows): nothing filters the inbox, it is read by
+            # the files the log names, and min/max per column would cost every put
+            # (1.11x against 0.97x of a plain append of 1,000,000 rows here).
             {"delta.enableDeletionVectors": "true",
-             "delta.autoOptimize.autoCompact": "false"},
+             "delta.autoOptimize.autoCompact": "false",
+             "delta.dataSkippingNumIndexedCols": "0"},
         )
         _create_table(
             self.spark, self.tasks(tube),

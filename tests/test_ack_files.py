@@ -140,17 +140,25 @@ def test_whole_files_takes_only_files_that_are_exactly_the_ids() -> None:
     assert whole_files(cut, list(range(10)), long_owner, 50.0) is None
 
 
-def test_the_tasks_table_keeps_statistics_of_the_columns_that_are_read(sq: Queue) -> None:
-    """Delta keeps per-file statistics of STATS_COLUMNS only (what the file
-    statistics above read, and what operations filter on): not of the
-    payload, tokens or counters, whose statistics every write would pay for."""
-    t, _ = taken_whole(sq)
-    log = Path(t._layout.tasks(t.name)) / "_delta_log"
-    kept = set()
-    for f in log.glob("*.json"):
+def stats_of(table: str) -> list[dict[str, Any]]:
+    """The statistics of every file the Delta log at ``table`` added."""
+    out = []
+    for f in (Path(table) / "_delta_log").glob("*.json"):
         for line in f.read_text().splitlines():
             add = json.loads(line).get("add")
             if add and add.get("stats"):
-                kept |= set(json.loads(add["stats"]).get("nullCount", {}))
+                out.append(json.loads(add["stats"]))
+    return out
+
+
+def test_tables_keep_the_statistics_that_are_read(sq: Queue) -> None:
+    """The tasks table keeps per-file statistics of STATS_COLUMNS only (what the
+    file statistics above read, and what operations filter on), not of the
+    payload, tokens or counters; the inbox keeps row counts only (ids count
+    rows; nothing filters it). Every write would pay for the others."""
+    t, _ = taken_whole(sq)
+    kept = {col for stats in stats_of(t._layout.tasks(t.name)) for col in stats["nullCount"]}
     assert kept == set(storage.STATS_COLUMNS)
     assert {col for _, col in storage.FILE_STATS.values()} <= kept
+    inbox = stats_of(t._layout.inbox(t.name))
+    assert inbox and all(s["numRecords"] and not s.get("minValues") for s in inbox)
