@@ -969,18 +969,21 @@ class Tube:
                 else:
                     marked = pending.join(F.broadcast(chosen.select(
                         "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
-                rows = marked.alias("t").selectExpr(*[
-                    f"CASE WHEN t.arg_take THEN {action[c]} ELSE t.{c} END AS {c}"
-                    if c in action else c for c in pending.columns])
+
+                def with_take(frame: DataFrame, where: str, *extra: str) -> DataFrame:
+                    """``frame``'s task columns, with the take's SET where ``where``."""
+                    return frame.alias("t").selectExpr(*[
+                        f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}"
+                        if c in action else c for c in pending.columns], *extra)
+
+                rows = with_take(marked, "t.arg_take")
                 # The feed, in one pass over the puts: each put's insert, and a taken
                 # one's post-image. No pre-image: it would repeat the insert, a state
                 # no version held, and changes() reads inserts and post-images only.
-                changes = marked.withColumn(st.CHANGE_TYPE, F.explode(F.expr(
+                changes = with_take(marked.withColumn(st.CHANGE_TYPE, F.explode(F.expr(
                     "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
-                    "ELSE array('insert') END"))).alias("t").selectExpr(*[
-                        f"CASE WHEN {st.CHANGE_TYPE} = 'update_postimage' THEN {action[c]} "
-                        f"ELSE t.{c} END AS {c}" if c in action else c
-                        for c in pending.columns], st.CHANGE_TYPE)
+                    "ELSE array('insert') END"))),
+                    f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
             version = layout.commit_ingest(txn, self.name, cursor, st.Cursor(upto, next_id),
                                            rows, changes, tag)
         self._ingested_upto = upto

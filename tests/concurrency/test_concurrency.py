@@ -113,13 +113,25 @@ def take_and_ack(tube: Tube, batch: int, owner: str, into: list[int]) -> None:
 
 
 def in_threads(count: int, work: Callable[[str, list[int]], None]) -> dict[str, list[int]]:
-    """Run ``work(name, into)`` in ``count`` threads at once; what each put in ``into``."""
+    """Run ``work(name, into)`` in ``count`` threads at once; what each put in ``into``.
+    A thread that raised fails the test with its error (a dead consumer's tasks
+    would otherwise look merely slow)."""
     results: dict[str, list[int]] = {f"w{i}": [] for i in range(count)}
-    threads = [threading.Thread(target=work, args=(name, got)) for name, got in results.items()]
+    errors: list[BaseException] = []
+
+    def run(name: str, got: list[int]) -> None:
+        try:
+            work(name, got)
+        except BaseException as e:  # noqa: BLE001 - raised below, in the test's thread
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(name, got)) for name, got in results.items()]
     for th in threads:
         th.start()
     for th in threads:
         th.join()
+    if errors:
+        raise errors[0]
     return results
 
 
