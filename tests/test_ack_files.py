@@ -162,3 +162,33 @@ def test_tables_keep_the_statistics_that_are_read(sq: Queue) -> None:
     assert {col for _, col in storage.FILE_STATS.values()} <= kept
     inbox = stats_of(t._layout.inbox(t.name))
     assert inbox and all(s["numRecords"] and not s.get("minValues") for s in inbox)
+
+
+def test_results_read_the_table_when_a_commit_carries_deletion_vectors(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """sparkqueue makes tasks tables without deletion vectors; one turned on by hand
+    has files whose rows are not all theirs. A result is then read from the
+    table at its commit's version, not from the files the commit names."""
+    t, _ = taken_whole(sq, n=6)
+    path = t._layout.tasks(t.name)
+    spark.sql(f"ALTER TABLE delta.`{path}` "
+              "SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    read_table: list[int] = []
+    files_of = storage.Layout.commit_files
+
+    def spied(self: storage.Layout, table: str, version: int) -> Any:
+        found = files_of(self, table, version)
+        if found is None:
+            read_table.append(version)
+        return found
+
+    monkeypatch.setattr(storage.Layout, "commit_files", spied)
+    acked = t.ack([1, 3])  # part of a file: a MERGE that marks its rows deleted
+    released = t.release([0, 2])
+    assert read_table, "a commit with deletion vectors sends the read to the table"
+    assert sorted((r["task_id"], r["status"]) for r in acked.collect()) == [
+        (1, "done"), (3, "done")]
+    assert sorted((r["task_id"], r["status"]) for r in released.collect()) == [
+        (0, "ready"), (2, "ready")]
+    assert sorted((r["task_id"], r["status"]) for r in t.peek(list(range(6))).collect()) == [
+        (0, "ready"), (2, "ready"), (4, "taken"), (5, "taken")]
