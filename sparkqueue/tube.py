@@ -946,8 +946,8 @@ class Tube:
                 return None
             pending = pending.localCheckpoint()  # read by the choice and the write
             live = pending.withColumn("eff", F.expr(effective_status(now)))
-            held = [name for name, f in files.items()
-                    if self.driver.sub_queue_heads and st.may_hold(f, "taken")]
+            held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
+                    if self.driver.sub_queue_heads else [])
             if held:  # the tasks table's leases keep their sub-queues busy
                 leased = (layout.read_task_files(path, held, sess).where("status = 'taken'")
                           .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now))))
