@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYTHONWARNINGS := ignore::FutureWarning
 
-.PHONY: help setup java jars demo test check bench sweep clean
+.PHONY: help setup java jars demo test check bench sweep torture clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -48,6 +48,9 @@ sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root)
 
 bench: jars  ## run the benchmark job (figures and ratios against plain Delta)
 	$(PY) jobs/benchmark.py
+
+torture: jars  ## crash torture (ARGS="--seconds 300" etc.): processes SIGKILLed at random, then a drain
+	$(PY) jobs/torture.py $(ARGS)
 
 clean:  ## remove the venv and local data
 	rm -rf $(VENV) data spark-warehouse

@@ -33,6 +33,7 @@ from .errors import (
     NotSupported,
     QueueError,
     SchemaMismatch,
+    StorageError,
     TaskNotFound,
     Timeout,
     TubeExists,
@@ -50,7 +51,7 @@ __all__ = [
     "system_clock", "Config",
     "load_config", "QueueError", "TubeNotFound", "TubeExists", "TaskNotFound", "NotOwner",
     "InvalidState", "InvalidOption", "NotSupported", "CapacityExceeded", "SchemaMismatch",
-    "Timeout", "Consumer", "Progress",
+    "StorageError", "Timeout", "Consumer", "Progress",
 ]
 
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ __all__ = [
     "NotSupported",
     "CapacityExceeded",
     "SchemaMismatch",
+    "StorageError",
     "Timeout",
 ]
 
@@ -109,6 +110,16 @@ class CapacityExceeded(QueueError):
 
 class SchemaMismatch(QueueError, ValueError):
     """The payload's schema conflicts with the tube's payload schema."""
+
+
+class StorageError(QueueError):
+    """A tube's storage is missing, damaged or not writable: sparkqueue refuses to
+    go on (and never recreates a table a tube had), naming the path and the problem."""
+
+    def __init__(self, path: str, problem: str, tube: str | None = None) -> None:
+        self.path, self.problem, self.tube = path, problem, tube
+        what = f"tube {tube!r}: " if tube is not None else ""
+        super().__init__(f"{what}{path}: {problem}")
 
 
 class Timeout(QueueError, TimeoutError):

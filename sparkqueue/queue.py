@@ -19,7 +19,14 @@ from . import validate
 from .clock import Clock, system_clock
 from .config import Config, load_config
 from .drivers import BUILTIN_DRIVERS, Driver
-from .errors import InvalidOption, InvalidState, QueueError, TubeExists, TubeNotFound
+from .errors import (
+    InvalidOption,
+    InvalidState,
+    QueueError,
+    StorageError,
+    TubeExists,
+    TubeNotFound,
+)
 from .session import quiet_pyspark_loggers, session
 from .storage import CommitTag
 from .tube import Callback, Tube
@@ -150,11 +157,11 @@ class Queue:
             if options[key] is not None:
                 options[key] = validate.seconds(key, options[key])
         if pri is not None:
-            validate.integer("pri", pri)
+            validate.pri(pri)
         if capacity is not None:
             validate.count("capacity", capacity)
         if options.get("window") is not None:
-            validate.integer("window", options["window"], minimum=1)
+            options["window"] = validate.batch("window", options["window"])
         for flag, value in (("temporary", temporary), ("change_feed", change_feed)):
             if not isinstance(value, bool):
                 raise InvalidOption(f"{flag} must be a bool, got {value!r}")
@@ -165,12 +172,15 @@ class Queue:
         if not change_feed:  # absent: a feed, as for tubes made before the option
             options["change_feed"] = False
 
-        inserted = self._register(name, type, options)
-        if not inserted:
+        # The tables first, then the registry row: a registered tube always had its
+        # tables, so a verb that finds one missing says so and never recreates it.
+        # A name already registered is left alone (its tables may be damaged).
+        if name not in self._registry_rows():
+            self._layout.create_tube_tables(name, change_feed)
+        if not self._register(name, type, options):
             if if_not_exists:
                 return self.tube(name)
             raise TubeExists(name)
-        self._layout.create_tube_tables(name, change_feed)
         if temporary:
             self._temporary.append(name)
             if len(self._temporary) == 1:
@@ -210,8 +220,6 @@ class Queue:
         if type_name not in self._drivers:
             raise QueueError(f"tube {name!r} has type {type_name!r}, which is not registered in "
                              f"this process; call register_driver({type_name!r}, ...) first")
-        # completes a creation cut short by a crash
-        self._layout.create_tube_tables(name, options.get("change_feed", True))
         return Tube(self, name, type_name, self._drivers[type_name](options), options)
 
     def tubes(self) -> list[str]:
@@ -266,10 +274,21 @@ class Queue:
     # -- drop ---------------------------------------------------------------------------
 
     def _drop(self, tube: Tube) -> None:
-        taken = tube._guarded(lambda: tube._live(tube._now()).where("eff = 'taken'").count())
+        """Remove a tube: its tables' folder, then its registry row.
+
+        In that order, so that a drop cut short leaves a registered tube whose
+        tables are missing (every verb says so, and ``drop()`` again finishes
+        it), never tables that a new tube of the same name would adopt. A tube
+        whose tables are already missing is dropped without the taken check.
+        """
+        try:
+            taken = tube._guarded(lambda: tube._live(tube._now()).where("eff = 'taken'").count())
+        except StorageError:
+            taken = 0
         if taken:
             raise InvalidState(f"tube {tube.name!r} has {taken} taken task(s); "
                                "ack or release them before drop()")
+        self._layout.delete_tube_dir(tube.name)
 
         def remove() -> None:
             with self._layout.tagged(CommitTag.new("drop")) as sess:
@@ -277,12 +296,6 @@ class Queue:
                     F.col("name") == F.lit(tube.name))
         st.retrying(remove, deadline=time.monotonic() + self.config.conflict_timeout,
                     what=f"dropping tube {tube.name!r}")
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(self._layout.tube_dir(tube.name))
-        fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        fs.delete(path, True)
-        self._layout.forget(self._layout.tube_dir(tube.name))
         self._callbacks.pop(tube.name, None)
 
     def _drop_temporary(self) -> None:

@@ -54,7 +54,15 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from .errors import InvalidState, NotOwner, QueueError, TaskNotFound, Timeout, TubeNotFound
+from .errors import (
+    InvalidState,
+    NotOwner,
+    QueueError,
+    StorageError,
+    TaskNotFound,
+    Timeout,
+    TubeNotFound,
+)
 
 __all__ = [
     "Layout",
@@ -475,9 +483,8 @@ def is_conflict(e: BaseException) -> bool:
 
 def is_missing_table(e: BaseException) -> bool:
     text = str(e)
-    return "DELTA_MISSING_DELTA_TABLE" in text or "is not a Delta table" in text or (
-        "PATH_NOT_FOUND" in text
-    )
+    return any(m in text for m in ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND",
+                                   "is not a Delta table", "PATH_NOT_FOUND"))
 
 
 def guard_failure(e: BaseException) -> tuple[str, int] | None:
@@ -528,6 +535,8 @@ class Layout:
         # tasks path: (version, {data file: its statistics}), see file_stats
         self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
         self._log_fs: dict[str, tuple[Any, Any]] = {}  # table path: see _fs
+        # (table path, tag key): (version read up to, value), see last_tag_value
+        self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
 
     @property
     def registry(self) -> str:
@@ -561,6 +570,16 @@ class Layout:
     # -- creation -------------------------------------------------------------------
 
     def create_registry(self) -> None:
+        """Create the registry of a new root. A root whose registry is gone while its
+        tubes' tables are there is damaged, not new: an empty registry would hide
+        them (``TubeNotFound``) and let a new tube of the same name adopt their tasks."""
+        if not self.exists(self.registry):
+            orphans = self.tube_dirs()
+            if orphans:
+                raise StorageError(self.registry, (
+                    "the registry of tubes is missing, but tube tables exist under "
+                    f"{self.root}/tubes ({', '.join(orphans[:10])}): restore the registry "
+                    "table, or move those tubes away to start an empty queue here"))
         _create_table(
             self.spark, self.registry,
             T.StructType([T.StructField("name", T.StringType()),
@@ -846,6 +865,24 @@ class Layout:
     def exists(self, path: str) -> bool:
         return bool(DeltaTable.isDeltaTable(self.spark, path))
 
+    def delete_tube_dir(self, tube: str) -> None:
+        """Delete a tube's folder (both its tables) and forget what was cached of it."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        path = jvm.org.apache.hadoop.fs.Path(self.tube_dir(tube))
+        path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
+        self.forget(self.tube_dir(tube))
+
+    def tube_dirs(self) -> list[str]:
+        """The names of the tube folders under the root, sorted (any file system)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        folder = jvm.org.apache.hadoop.fs.Path(f"{self.root}/tubes")
+        fs = folder.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        if not fs.exists(folder):
+            return []
+        return sorted(str(f.getPath().getName()) for f in fs.listStatus(folder) if f.isDirectory())
+
     # -- the Delta log, read directly (the commit files are Delta's public protocol) ----
     # Asking Delta (DESCRIBE HISTORY) costs one or two Spark jobs per call; an
     # operation needs the latest version and the version it committed, so the
@@ -864,7 +901,13 @@ class Layout:
         return found
 
     def latest_version(self, path: str) -> int:
-        """The newest committed version of the table at ``path`` (-1: no table)."""
+        """The newest committed version of the table at ``path``.
+
+        A table that is not there (its ``_delta_log`` gone: deleted outside
+        sparkqueue) is a :class:`StorageError`: every verb reads this before
+        it writes, and a Delta append to a missing table would make a new,
+        empty one in its place, losing its tasks without a word.
+        """
         log, fs = self._fs(path)
         known = self._versions.get(path)
         if known is None:
@@ -872,10 +915,16 @@ class Layout:
             last = log.suffix("/_last_checkpoint")
             if fs.exists(last):
                 known = int(json.loads(self._read_text(fs, last))["version"])
-        while fs.exists(log.suffix(f"/{known + 1:020d}.json")):
-            known += 1
-        self._versions[path] = known
-        return known
+        found = known
+        while fs.exists(log.suffix(f"/{found + 1:020d}.json")):
+            found += 1
+        if found == known and not fs.exists(log):
+            self._versions.pop(path, None)
+            raise StorageError(path, "the Delta table is missing (no _delta_log): it was "
+                               "deleted or moved outside sparkqueue, which never recreates "
+                               "a tube's tables; restore it, or drop() the tube")
+        self._versions[path] = found
+        return found
 
     def forget(self, path_prefix: str) -> None:
         """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
@@ -883,6 +932,8 @@ class Layout:
                       self._log_fs):
             for key in [k for k in cache if k.startswith(path_prefix)]:
                 del cache[key]
+        for tagged in [k for k in self._tag_values if k[0].startswith(path_prefix)]:
+            del self._tag_values[tagged]
 
     def _read_text(self, fs: Any, file: Any) -> str:
         jvm = self.spark.sparkContext._jvm
@@ -940,7 +991,11 @@ class Layout:
         assert jvm is not None
         log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
             self.spark._jsparkSession, path)
-        return log.startTransaction()
+        txn = log.startTransaction()
+        if int(txn.snapshot().version()) < 0:  # its commit would create a new table
+            self.latest_version(path)  # says what is wrong
+            raise StorageError(path, "no Delta table to commit to")
+        return txn
 
     def _commit_actions(self, txn: Any, actions: Any, tag: CommitTag | None = None,
                         deleted_rows: int | None = None, appended: bool = False) -> int:
@@ -1050,6 +1105,41 @@ class Layout:
                     cursor = Cursor(int(row[0]), int(row[1]))
             self._cursors[path] = (latest, cursor)
         return cursor
+
+    def last_tag_value(self, path: str, key: str) -> int:
+        """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when
+        none does.
+
+        Read back from the newest commit in a new process, then on from where
+        this one last looked. Where log retention removed the commits before
+        any that holds it, Delta's own state tells (the transaction id of that
+        name, which every such commit records).
+        """
+        latest = self.latest_version(path)
+        seen, value = self._tag_values.get((path, key), (-1, None))
+        if seen >= 0:
+            found = [h["tag"][key] for h in self.history(path, seen) if key in h["tag"]]
+            value = int(found[-1]) if found else value
+        else:
+            log, fs = self._fs(path)
+            for version in range(latest, -1, -1):
+                text = self._commit_text(log, fs, version)
+                if text is None:
+                    value = self._delta_txn_version(path, key)
+                    break
+                info: dict[str, Any] = next((json.loads(line)["commitInfo"]
+                                             for line in text.splitlines()
+                                             if line.startswith('{"commitInfo"')), {})
+                tag = parse_tag(info.get("userMetadata"))
+                if tag is not None and key in tag:
+                    value = int(tag[key])
+                    break
+        self._tag_values[(path, key)] = (latest, value)
+        return int(value or 0)
+
+    def _delta_txn_version(self, path: str, app_id: str) -> int:
+        """The version Delta's state records for transaction id ``app_id`` (0: none)."""
+        return max(0, int(self._start_transaction(path).txnVersion(app_id)))
 
     def put_files(self, tube: str, anchor: Cursor, upto: int) -> tuple[list[PutFile], int]:
         """The data files the inbox's put commits after ``anchor`` up to ``upto``
@@ -1283,14 +1373,30 @@ def _create_table(spark: SparkSession, path: str, schema: T.StructType,
     try:
         builder.execute()
     except Exception as e:  # another process created it first, or is creating it
+        problem = f"cannot create a Delta table here: {first_line(e)}"
+        if any(m in str(e) for m in NOT_WRITABLE):
+            raise StorageError(path, problem) from e
         until = time.monotonic() + CREATE_PATIENCE
         while True:  # a creator that lost the race can fail before the winner commits
             if DeltaTable.isDeltaTable(spark, path):
                 return False
             if time.monotonic() >= until:
-                raise QueueError(f"could not create Delta table at {path}: {e}") from e
+                raise StorageError(path, problem) from e
             time.sleep(0.2)
     return True
+
+
+#: What a file system says when a table cannot be written where it was asked for.
+NOT_WRITABLE = ("DELTA_CANNOT_CREATE_LOG_PATH", "AccessDenied", "Permission denied",
+                "ParentNotDirectory", "Not a directory", "Mkdirs failed", "Read-only file system")
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an error's message, without a Java stack (for a Java
+    exception through py4j, the Java exception's own)."""
+    java = getattr(e, "java_exception", None)
+    text = str(java.toString() if java is not None else e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
 
 
 def raise_guard(kind_sql: str) -> str:
@@ -1317,8 +1423,13 @@ def typed_guard_error(tube: str, kind: str, ids: list[int], owner: str,
                         f"({found})", ids)
 
 
-def missing_table_error(tube: str, e: BaseException) -> TubeNotFound:
-    """The error for an operation on a tube whose tables are gone (dropped)."""
-    err = TubeNotFound(tube)
-    err.__cause__ = e
-    return err
+def missing_table_error(tube: str, where: str, e: BaseException,
+                        known: list[str]) -> QueueError:
+    """The error for an operation on a tube whose tables are gone: dropped (it is no
+    longer in ``known``, the registered tubes), or missing under a registered tube
+    (``e`` a :class:`StorageError` naming the table, or Delta's own error)."""
+    if tube not in known:
+        return TubeNotFound(tube, known)
+    if isinstance(e, StorageError):
+        return StorageError(e.path, e.problem, tube)
+    return StorageError(where, f"a table of the tube is missing: {first_line(e)}", tube)

@@ -13,6 +13,9 @@ the deadline allows.
 
 from __future__ import annotations
 
+import math
+import numbers
+import re
 import time
 import uuid
 from collections.abc import Callable
@@ -34,6 +37,7 @@ from .errors import (
     NotSupported,
     QueueError,
     SchemaMismatch,
+    StorageError,
     TaskNotFound,
 )
 from .storage import CommitTag, effective_status, sql_num
@@ -44,8 +48,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Tube", "Tasks", "URGENT_PRI"]
 
-#: ``urgent`` puts use the most urgent priority there is.
-URGENT_PRI = -(2**62)
+#: ``urgent`` puts use the most urgent priority there is, ahead of any a user may give.
+URGENT_PRI = validate.PRI_RANGE[0] - 1
 #: Tarantool's statistics keys, always present.
 CALL_KEYS = ("put", "take", "ack", "release", "bury", "kick", "delete", "touch", "ttl", "ttr",
              "delay")
@@ -66,6 +70,10 @@ CALL_METRICS = {
     "take+ack": {"take": ("numTargetRowsUpdated",), "ack": ("numTargetRowsDeleted",)},
     "ingest+take": {"take": ("take",)},  # from its tag: an append has no rows-updated metric
 }
+#: The Delta transaction id that puts of a capacity tube record, one after another.
+CAPACITY_TXN = "sq-capacity"
+#: A per-row option that ``checked`` refused, in the write's error.
+BAD_ROW = re.compile(r"sparkqueue:InvalidOption:0 (.*?)(?:\.? SQLSTATE|\n|$)")
 #: Commits of the machinery, not of a Tarantool verb: they count no calls.
 NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge"})
 #: Operations whose tasks count as completed (``tasks.done``).
@@ -153,7 +161,7 @@ class Tube:
         return self._q.owner if owner is None else validate.owner(owner)
 
     def _one_id(self, task_id: Any) -> list[int]:
-        if isinstance(task_id, bool) or not isinstance(task_id, int):
+        if isinstance(task_id, bool) or not isinstance(task_id, numbers.Integral):
             raise InvalidOption(f"expected one task id (an int), got {task_id!r}")
         ids = validate.task_ids(task_id)
         assert isinstance(ids, list)
@@ -174,18 +182,19 @@ class Tube:
     def _empty(self) -> DataFrame:
         """An empty task DataFrame (a take that found nothing)."""
         tasks = self._layout.read(self._layout.tasks(self.name))
-        if "data" not in tasks.columns:
-            tasks = tasks.withColumn("data", F.struct())
+        if "data" not in tasks.columns:  # not ingested yet: the puts' payload, if any
+            payload = self._tube_schema() or T.StructType([])
+            tasks = tasks.withColumn("data", F.lit(None).cast(payload))
         return self._spark.createDataFrame([], tasks.select(*st.PUBLIC_COLUMNS).schema)
 
     def _guarded(self, fn: Callable[[], R]) -> R:
         try:
             return fn()
-        except QueueError:
-            raise
         except Exception as e:
-            if st.is_missing_table(e):
-                raise st.missing_table_error(self.name, e) from e
+            if isinstance(e, StorageError) or (
+                    not isinstance(e, QueueError) and st.is_missing_table(e)):
+                raise st.missing_table_error(self.name, self._layout.tube_dir(self.name), e,
+                                             self._q.tubes()) from e
             raise
 
     # -- inbox → tasks ----------------------------------------------------------------
@@ -209,8 +218,7 @@ class Tube:
         rows = self._layout.read_files(self._layout.inbox(self.name), [f.name for f in files],
                                        st.inbox_schema(payload), spark)
         fields = FILE_TAG_FIELDS + PUT_TAG_FIELDS
-        values = [(f.name, f.first_id, f.version, f.tag["now"], f.tag["pri"],
-                   *[f.tag.get(k) for k in ("utube", "ttl", "ttr", "delay")]) for f in files]
+        values = [(f.name, f.first_id, f.version, *_tag_values(f.tag)) for f in files]
         if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job
             lit = st.sql_literal
             tags = ", ".join(
@@ -263,6 +271,8 @@ class Tube:
             rows = self._pending(self._spark, layout.cursor(self.name), upto)
             if rows is not None:
                 tasks = tasks.unionByName(rows, allowMissingColumns=True)
+        if "data" not in tasks.columns:  # nothing was ever put: no payload schema yet
+            tasks = tasks.withColumn("data", F.struct())
         return tasks.withColumn("eff", F.expr(effective_status(now)))
 
     def _file_stats(self) -> list[dict[str, Any]] | None:
@@ -341,6 +351,8 @@ class Tube:
         who = self._owner(owner)
         # bad ids fail here, before any Spark job or ingest commit
         ids = None if chooser is not None else validate.task_ids(tasks)
+        if isinstance(ids, DataFrame):  # one Spark job, before anything is written
+            ids = _collected_ids(ids)
         layout = self._layout
         path = layout.tasks(self.name)
 
@@ -655,7 +667,7 @@ class Tube:
                  if opts.get(k) is not None}
         pri = opts.get("pri")
         if pri is not None and not isinstance(pri, Column):
-            pri = validate.integer("pri", pri)
+            pri = validate.pri(pri)
         timeout = opts.get("timeout")
         if timeout is not None:
             timeout = validate.seconds("timeout", timeout)
@@ -733,75 +745,107 @@ class Tube:
         With ``txn = (app_id, version)`` Delta skips the append when a commit
         with that app id and a version at least as high exists (a micro-batch
         replayed after a crash): then nothing is written and None returned.
+        A put of no rows writes nothing and returns no tasks.
         """
         layout = self._layout
         inbox = layout.inbox(self.name)
         tube_schema = self._tube_schema()
         frame, payload = self._payload(data, tube_schema)
-        pri, times, utube = opts.pri, opts.times, opts.utube
-        if self.driver.uses_capacity:
-            self._wait_for_room(frame, opts.timeout)
-        # Options that are one value for the whole put travel in the commit's tag,
-        # not in a million identical cells: the rows carry the payload and only the
-        # options given as Columns. Ingest derives every task column from both
-        # (``_task_columns``), the id from the row's place in the log.
-        put: dict[str, Any] = {"now": self._now()}
-        cols: list[Column] = []
-        for key in ("ttl", "ttr", "delay"):
-            v = times.get(key, self._default(key))
-            if isinstance(v, Column):
-                cols.append(checked(v.cast("double"), key).alias(key))
-            elif v is not None:
-                put[key] = float(v)
-        put["pri"] = URGENT_PRI if urgent else int(self._default("pri") or 0)
-        if isinstance(pri, Column):  # NULLs in it take the tube's default
-            cols.append(pri.cast("long").alias("pri"))
-        elif pri is not None:
-            put["pri"] = int(pri)
-        if isinstance(utube, Column):
-            cols.append(utube.cast("string").alias("utube"))
-        elif utube is not None:
-            put["utube"] = utube
-        tag = CommitTag.new("put", put=put)
-        rows = frame.select(payload.alias("data"), *cols)
-        anchor = layout.cursor(self.name)  # ids count from here; read before the append
-        before = layout.latest_version(inbox)
-        try:
-            writer = rows.write.format("delta").mode("append").option("userMetadata", tag.json())
-            if txn is not None:
-                writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-            if tube_schema is None:  # the first put gives the tube its payload schema
-                writer = writer.option("mergeSchema", "true")
-            writer.save(inbox)
-        except Exception as e:
-            if "sparkqueue:InvalidOption" in str(e):
-                bad = str(e).split("sparkqueue:InvalidOption:0 ", 1)[1].split("\n")[0]
-                raise InvalidOption(f"put to {self.name!r}: a row's {bad.strip()}") from e
-            raise
-        # read at the put's own version: the sweeper purges ingested inbox rows later
-        found = [v for v, info in layout.commit_infos(inbox, before)
-                 if tag.token in (info.get("userMetadata") or "")]
-        if not found:  # an idempotent append Delta skipped: written before
-            return None
+        rows, put = self._put_rows(frame, payload, opts, urgent)
+        capacity = int(self._default("capacity") or 0) if self.driver.uses_capacity else 0
+        until = time.monotonic() + (opts.timeout or 0.0)
+        adding = frame.count() if capacity else -1
+        while True:
+            if adding == 0:
+                return self._empty()
+            anchor = layout.cursor(self.name)  # ids count from here; read before the append
+            before = layout.latest_version(inbox)
+            if capacity and txn is None:
+                # Puts of a capacity tube commit in turn: each records the capacity
+                # transaction id at one past the last one's, read before it counts the
+                # live tasks. A put that committed after that count took the version,
+                # so Delta skips this append (or refuses it, when they race) and it
+                # counts again: two puts never both count the same room.
+                claim = layout.last_tag_value(inbox, CAPACITY_TXN) + 1
+                self._wait_for_room(capacity, adding, until)
+                tag = CommitTag.new("put", put=put, **{CAPACITY_TXN: claim})
+                appended = self._append(rows, tag, (CAPACITY_TXN, claim), tube_schema is None)
+            else:
+                tag = CommitTag.new("put", put=put)
+                appended = self._append(rows, tag, txn, tube_schema is None)
+            # read at the put's own version: the sweeper purges ingested inbox rows later
+            found = [v for v, info in layout.commit_infos(inbox, before)
+                     if tag.token in (info.get("userMetadata") or "")] if appended else []
+            if found:
+                break
+            if txn is not None:  # an idempotent append Delta skipped: written before
+                return None
+            if not capacity:  # Delta commits no append of no rows
+                return self._empty()
         version = found[0]
         pending = self._pending(self._spark, anchor, version, after=version - 1,
                                 columns=st.PUBLIC_COLUMNS)
         created = self._empty() if pending is None else pending
+        self._emit(created, event)
         if single:
             row = created.first()
             assert row is not None
-            task = Task.from_row(row)
-            self._emit(created, event)
-            return task
-        self._emit(created, event)
+            return Task.from_row(row)
         return created
 
-    def _wait_for_room(self, frame: DataFrame, timeout: float | None) -> None:
-        capacity = int(self._default("capacity") or 0)
-        if capacity <= 0:
-            return
-        adding = frame.count()
-        until = time.monotonic() + (timeout or 0.0)
+    def _put_rows(self, frame: DataFrame, payload: Column, opts: _PutOptions,
+                  urgent: bool) -> tuple[DataFrame, dict[str, Any]]:
+        """The inbox rows of a put, and its tag's options.
+
+        Options that are one value for the whole put travel in the commit's tag,
+        not in a million identical cells: the rows carry the payload and only the
+        options given as Columns (checked as they are written). Ingest derives
+        every task column from both (``_task_columns``), the id from the row's
+        place in the log.
+        """
+        put: dict[str, Any] = {"now": self._now()}
+        cols: list[Column] = []
+        for key in ("ttl", "ttr", "delay"):
+            v = opts.times.get(key, self._default(key))
+            if isinstance(v, Column):
+                cols.append(checked(v, key).alias(key))
+            elif v is not None:
+                put[key] = float(v)
+        put["pri"] = URGENT_PRI if urgent else int(self._default("pri") or 0)
+        if isinstance(opts.pri, Column):  # NULLs in it take the tube's default
+            cols.append(checked(opts.pri, "pri").alias("pri"))
+        elif opts.pri is not None:
+            put["pri"] = int(opts.pri)
+        if isinstance(opts.utube, Column):
+            cols.append(opts.utube.cast("string").alias("utube"))
+        elif opts.utube is not None:
+            put["utube"] = opts.utube
+        return frame.select(payload.alias("data"), *cols), put
+
+    def _append(self, rows: DataFrame, tag: CommitTag, txn: tuple[str, int] | None,
+                first: bool) -> bool:
+        """Append ``rows`` to the inbox tagged ``tag`` (idempotent with ``txn``);
+        False when it conflicted with a put that records the same transaction id.
+        ``first``: the tube's first put, which gives it its payload schema."""
+        writer = rows.write.format("delta").mode("append").option("userMetadata", tag.json())
+        if txn is not None:
+            writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+        if first:
+            writer = writer.option("mergeSchema", "true")
+        try:
+            writer.save(self._layout.inbox(self.name))
+        except Exception as e:
+            bad = BAD_ROW.search(str(e))
+            if bad is not None:
+                raise InvalidOption(f"put to {self.name!r}: a row's {bad.group(1)}") from e
+            if st.is_conflict(e) and txn is not None and txn[0] == CAPACITY_TXN:
+                return False
+            raise
+        return True
+
+    def _wait_for_room(self, capacity: int, adding: int, until: float) -> None:
+        """Return once the tube's live tasks leave room for ``adding`` more; after
+        ``until`` (monotonic seconds), :class:`CapacityExceeded`."""
         while True:
             live = self._live(self._now()).where(
                 F.col("eff").isin([s.value for s in LIVE_STATES])).count()
@@ -826,13 +870,14 @@ class Tube:
         >>> batch = tube.take(1000, timeout=5)      # doctest: +SKIP
         >>> tube.ack(batch)                         # doctest: +SKIP
         """
-        n = validate.integer("n", n, minimum=1)
+        n = validate.batch("n", n)
         wait = validate.seconds("timeout", timeout)
         if window is not None:
             if not self.driver.uses_utube:
                 raise InvalidOption(f"{self.type} tube {self.name!r} has no sub-queue window")
-            window = validate.integer("window", window, minimum=1)
-        return self._take(n, wait, self._owner(owner), window or int(self._default("window") or 1))
+            window = validate.batch("window", window)
+        win = window or int(self._default("window") or 1)
+        return self._guarded(lambda: self._take(n, wait, self._owner(owner), win))
 
     def _take(self, n: int, wait: float, who: str, win: int,
               acking: list[int] | None = None) -> DataFrame:
@@ -1057,7 +1102,7 @@ class Tube:
         d = 0.0
         if delay is not None:
             self._need_ttl("release(delay=...)")
-            d = validate.seconds("delay", delay, allow_inf=False)
+            d = validate.seconds("delay", delay)
         if ttl is not None:
             self._need_ttl("release(ttl=...)")
             t_new = validate.seconds("ttl", ttl)
@@ -1076,9 +1121,11 @@ class Tube:
 
     def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Return taken tasks to ``ready`` at the end of the queue (a new, higher order key)."""
-        self._ingest()
-        top = self._layout.read(self._layout.tasks(self.name)).agg(
-            F.max("order_key"), F.max("task_id")).first()
+        def last() -> Any:
+            self._ingest()
+            return self._layout.read(self._layout.tasks(self.name)).agg(
+                F.max("order_key"), F.max("task_id")).first()
+        top = self._guarded(last)
         base = max(int(top[0] or 0), int(top[1] or 0)) + 1 if top else 1
         action = {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
                   "lease_end": "0.0D", "order_key": f"{base} + s.arg_rank"}
@@ -1133,7 +1180,7 @@ class Tube:
 
     def kick(self, count: int = 1) -> int:
         """Move up to ``count`` buried tasks to ``ready``, lowest ``(pri, id)`` first."""
-        count = validate.count("count", count)
+        count = validate.batch("count", count, minimum=0)
         if count == 0:
             return 0
         op = _Op("kick", "CASE WHEN {eff} <> 'buried' THEN 'Stale' END", self._UNBURY,
@@ -1215,6 +1262,7 @@ class Tube:
     def peek(self, tasks: Tasks) -> DataFrame:
         """Read tasks without changing them; :class:`TaskNotFound` for a missing single id."""
         ids = validate.task_ids(tasks)
+        single = not isinstance(tasks, (DataFrame, list, tuple, set, frozenset))
 
         def read() -> DataFrame:
             view = self._view(self._now())
@@ -1224,8 +1272,8 @@ class Tube:
             else:
                 chosen = view.where(F.col("task_id").isin(ids))
             out = chosen.select(*st.PUBLIC_COLUMNS).localCheckpoint(eager=True)
-            if isinstance(tasks, int) and out.isEmpty():
-                raise TaskNotFound(self.name, [tasks])
+            if single and out.isEmpty():
+                raise TaskNotFound(self.name, ids if isinstance(ids, list) else [])
             return out
         return self._guarded(read)
 
@@ -1386,6 +1434,28 @@ FILE_TAG_FIELDS = [("first_id", "long"), ("inbox_version", "long")]
 TAGS_INLINE = 64
 
 
+def _tag_values(put: dict[str, Any]) -> tuple[Any, ...]:
+    """A put tag's values in ``PUT_TAG_FIELDS`` order, each one a task column can hold.
+
+    Puts are validated before they are written, but an inbox may hold tags that
+    an earlier release let through (a priority past BIGINT, a NaN time); ingest
+    must never fail on them, or the tube is stuck: a priority is clamped into
+    the range a put may give (urgent's included), a time that is not a
+    non-negative number falls back to its default, a utube that is not a string
+    to none.
+    """
+    def number(v: Any) -> float | None:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+        return float(v) if ok and v >= 0 else None
+
+    pri = put.get("pri")
+    pri = int(pri) if isinstance(pri, (int, float)) and not math.isnan(pri) else 0
+    pri = min(max(pri, URGENT_PRI), validate.PRI_RANGE[1])
+    utube = put.get("utube") if isinstance(put.get("utube"), str) else None
+    now = number(put.get("now"))
+    return (now or 0.0, pri, utube, *[number(put.get(k)) for k in ("ttl", "ttr", "delay")])
+
+
 def _task_row_sql() -> dict[str, str]:
     """SQL for each tasks-table column of a new task, by name (see ``_task_columns``)."""
     ttl = f"coalesce(ttl, c.ttl, {sql_num(st.INF)})"
@@ -1449,21 +1519,44 @@ ACK_COLLECT_UPTO = 1_000_000
 
 def _collected_ids(frame: DataFrame) -> list[int] | DataFrame:
     """The task ids of ``frame`` as a sorted list (through Arrow: columnar, no Row
-    per task); ``frame`` itself when they are too many or not all valid ids (the
-    MERGE then says which are missing)."""
-    table = frame.select(F.col("task_id").cast("long")).limit(ACK_COLLECT_UPTO + 1).toArrow()
+    per task); ``frame`` itself when they are too many or some are negative (the
+    MERGE then says which are missing). A NULL or non-integer id is refused."""
+    table = (frame.select(F.col("task_id").try_cast("long"), F.col("task_id").try_cast("string"))
+             .limit(ACK_COLLECT_UPTO + 1).toArrow())
     ids = table.column(0).to_pylist()
-    if len(ids) > ACK_COLLECT_UPTO or any(i is None or i < 0 for i in ids):
+    if None in ids:
+        raw = table.column(1)[ids.index(None)].as_py()
+        raise InvalidOption("task ids must be non-negative integers; the DataFrame's task_id "
+                            f"column holds {'NULL' if raw is None else repr(raw)}")
+    if len(ids) > ACK_COLLECT_UPTO or any(i < 0 for i in ids):
         return frame
     return sorted(set(ids))
 
 
 def checked(col: Column, what: str) -> Column:
-    """A per-row time that fails the write (nothing committed) when negative or NaN."""
-    bad = col.isNull() | F.isnan(col) | (col < 0)
-    return F.when(bad, F.raise_error(F.lit(
-        f"sparkqueue:InvalidOption:0 {what} must be a non-negative number of seconds"
-    )).cast("double")).otherwise(col)
+    """A per-row option's values, checked as the rows are written: a value that
+    :mod:`validate` would refuse fails the write (nothing is committed) with an
+    error naming the option and the value.
+
+    ``pri``: an integer in ``PRI_RANGE`` (NULL: the put's). A time: a number of
+    seconds, not NULL, negative or NaN, and finite unless it may never end.
+    """
+    if what == "pri":
+        value = col.try_cast("long")
+        lo, hi = validate.PRI_RANGE
+        bad = (col.isNotNull() & value.isNull()) | (value < lo) | (value > hi)
+        rule = f"an integer from {lo} to {hi}"
+    else:
+        value = col.try_cast("double")
+        bad = value.isNull() | F.isnan(value) | (value < 0)
+        if what not in validate.NEVER_ENDS:
+            bad = bad | (value == float("inf"))
+        rule = "a non-negative number of seconds" + (
+            "" if what in validate.NEVER_ENDS else ", finite")
+    shown = F.coalesce(col.try_cast("string"), F.lit("NULL"))
+    error = F.raise_error(F.concat(F.lit(f"sparkqueue:InvalidOption:0 {what} must be {rule}, "
+                                         "got "), shown))
+    return F.when(bad, error.cast("long" if what == "pri" else "double")).otherwise(value)
 
 
 def conform(incoming: T.StructType, tube: T.StructType, name: str) -> Column:

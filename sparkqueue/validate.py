@@ -1,8 +1,15 @@
-"""Input validation: one place for each rule, run before any Spark job."""
+"""Input validation: one place for each rule, run before any Spark job.
+
+Numbers are checked for their type and their range here, so that no value a
+tube cannot store or compute with ever reaches a Delta table: a priority
+outside ``PRI_RANGE`` or a delay of infinity written into an inbox would break
+every later ingest of the tube.
+"""
 
 from __future__ import annotations
 
 import math
+import numbers
 import re
 from typing import Any
 
@@ -10,9 +17,23 @@ from pyspark.sql import Column, DataFrame
 
 from .errors import InvalidOption
 
-__all__ = ["tube_name", "seconds", "count", "task_ids", "owner"]
+__all__ = ["tube_name", "seconds", "count", "batch", "pri", "integer", "task_ids", "owner",
+           "PRI_RANGE", "MAX_BATCH", "NEVER_ENDS"]
 
 NAME = re.compile(r"[A-Za-z0-9_]{1,32}")
+#: Priorities users may give: ``urgent`` puts use ``PRI_RANGE[0] - 1``, ahead of all of them,
+#: and every stored priority fits a Spark BIGINT.
+PRI_RANGE = (-(2**62) + 1, 2**62 - 1)
+#: The most tasks one take or kick handles (Spark's LIMIT is an INT); a larger ``n``
+#: asks for every task there is, which is what it gets.
+MAX_BATCH = 2**31 - 1
+#: Times that may be ``inf``, meaning never: a ttl or ttr that never ends, a timeout
+#: that waits for ever. A delay or a touch increment of ``inf`` would make a task that
+#: can never be taken or a lease that never ends, so those must be finite.
+NEVER_ENDS = frozenset({"ttl", "ttr", "timeout", "take_timeout", "idle_timeout",
+                        "max_retry_delay"})
+#: The largest count a tube option may hold (a Spark BIGINT).
+MAX_COUNT = 2**63 - 1
 
 
 def tube_name(name: Any) -> str:
@@ -24,13 +45,17 @@ def tube_name(name: Any) -> str:
     return name
 
 
-def seconds(what: str, value: Any, *, allow_inf: bool = True) -> float:
-    """A non-negative time in seconds (int or float, not NaN, not bool, not str)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+def seconds(what: str, value: Any) -> float:
+    """A non-negative time in seconds (any real number but bool, not NaN); ``inf``
+    only for the times in :data:`NEVER_ENDS`."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise InvalidOption(f"{what} must be a number of seconds, got {value!r}")
     v = float(value)
-    if math.isnan(v) or v < 0 or (math.isinf(v) and not allow_inf):
+    if math.isnan(v) or v < 0:
         raise InvalidOption(f"{what} must be a non-negative number of seconds, got {value!r}")
+    if math.isinf(v) and what not in NEVER_ENDS:
+        raise InvalidOption(f"{what} must be a finite number of seconds, got {value!r}: "
+                            "only a ttl, a ttr or a timeout may be infinite (never)")
     return v
 
 
@@ -39,17 +64,33 @@ def time_option(what: str, value: Any) -> float | Column:
     return value if isinstance(value, Column) else seconds(what, value)
 
 
-def integer(what: str, value: Any, *, minimum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+def integer(what: str, value: Any, *, minimum: int | None = None,
+            maximum: int | None = None) -> int:
+    """An integer (any ``numbers.Integral`` but bool, e.g. numpy's) within the bounds given."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise InvalidOption(f"{what} must be an integer, got {value!r}")
-    if minimum is not None and value < minimum:
+    v = int(value)
+    if minimum is not None and v < minimum:
         raise InvalidOption(f"{what} must be at least {minimum}, got {value!r}")
-    return value
+    if maximum is not None and v > maximum:
+        raise InvalidOption(f"{what} must be at most {maximum}, got {value!r}")
+    return v
+
+
+def pri(value: Any) -> int:
+    """A priority: an integer in :data:`PRI_RANGE` (lower is more urgent)."""
+    return integer("pri", value, minimum=PRI_RANGE[0], maximum=PRI_RANGE[1])
 
 
 def count(what: str, value: Any) -> int:
-    """A count of tasks: an integer >= 0."""
-    return integer(what, value, minimum=0)
+    """A count of tasks: an integer from 0 to 2**63 - 1."""
+    return integer(what, value, minimum=0, maximum=MAX_COUNT)
+
+
+def batch(what: str, value: Any, *, minimum: int = 1) -> int:
+    """How many tasks one call handles at most: an integer >= ``minimum``; one above
+    :data:`MAX_BATCH` asks for all there are, and is that."""
+    return min(integer(what, value, minimum=minimum), MAX_BATCH)
 
 
 def owner(value: Any) -> str:
@@ -59,7 +100,10 @@ def owner(value: Any) -> str:
 
 
 def task_ids(tasks: Any) -> list[int] | DataFrame:
-    """Normalize ``tasks``: an id, a list of ids, or a DataFrame with ``task_id``."""
+    """Normalize ``tasks``: an id, a list of ids, or a DataFrame with ``task_id``.
+
+    An id is any non-negative ``numbers.Integral`` (numpy's too), never a bool.
+    """
     if isinstance(tasks, DataFrame):
         if "task_id" not in tasks.columns:
             raise InvalidOption(
@@ -69,7 +113,8 @@ def task_ids(tasks: Any) -> list[int] | DataFrame:
     items = [tasks] if not isinstance(tasks, (list, tuple, set, frozenset)) else list(tasks)
     out = []
     for item in items:
-        if isinstance(item, bool) or not isinstance(item, int) or item < 0:
+        if isinstance(item, bool) or not isinstance(item, numbers.Integral) or not (
+                0 <= int(item) <= MAX_COUNT):
             raise InvalidOption(f"task ids must be non-negative integers, got {item!r}")
         out.append(int(item))
     return sorted(set(out))

@@ -102,7 +102,7 @@ class Consumer:
         self.handler = handler
         self.batch_size = validate.integer("batch_size", batch_size, minimum=1)
         self.max_attempts = validate.integer("max_attempts", max_attempts, minimum=1)
-        self.retry_delay = validate.seconds("retry_delay", retry_delay, allow_inf=False)
+        self.retry_delay = validate.seconds("retry_delay", retry_delay)
         self.max_retry_delay = validate.seconds("max_retry_delay", max_retry_delay)
         self.take_timeout = validate.seconds("take_timeout", take_timeout)
         self.idle_timeout = (None if idle_timeout is None

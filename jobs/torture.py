@@ -1,0 +1,259 @@
+"""Crash torture: producers and consumers in separate Spark applications, killed at
+random moments, then a drain; nothing may be lost or acked twice.
+
+    python jobs/torture.py [--seconds 120] [--kills 8] [--seed 1] [--root DIR]
+    make torture
+
+One producer and two consumers run as their own Spark applications (this
+file with ``--role``). The producer puts batches whose payload names it,
+logging each batch before the call and its task ids after it. A consumer
+takes a batch (``fifottl`` with a short ttr, so the leases of a killed one
+end), logs the ids, acks them and logs the ids again. For ``--seconds`` the
+coordinator SIGKILLs a random one of them at a random moment (mid-put,
+mid-take or mid-ack: it reports what the victim was doing) and starts a new
+one in its place. Then it stops the producer, drains the tube itself, and
+prints what the logs and the tube say:
+
+- tasks put (by the tasks table's change feed: the tube's own record, which
+  also holds the puts cut short that committed all the same), of them those
+  whose put returned;
+- acked (deleted from the tube), acked twice (an id deleted twice, or whose
+  ack returned twice), lost (a put that returned whose task was never
+  acked), re-delivered (taken again after its consumer died);
+- the tube's statistics against the change feed: calls.put, calls.ack and
+  tasks.done against the tasks put and acked, tasks.total against 0.
+
+Exit status 0 when nothing was lost or acked twice and the statistics agree.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import sparkqueue
+
+TUBE = "torture"
+TTR = 8.0  # seconds: a killed consumer's tasks come back this long after its take
+BATCH = 200
+
+
+def log_line(log: Any, *words: object) -> None:
+    log.write(" ".join(str(w) for w in words) + "\n")
+    log.flush()
+
+
+def produce(root: str, log: Any, incarnation: str) -> None:
+    """Put batches until killed or told to stop (SIGTERM, honoured between puts)."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    spark = sparkqueue.session(app_name=f"torture-producer-{incarnation}", master="local[1]")
+    tube = sparkqueue.connect(spark, root).tube(TUBE)
+    batch = 0
+    while not stop.is_set():
+        log_line(log, "putting", incarnation, batch)
+        rows = [{"who": incarnation, "batch": batch, "i": i} for i in range(BATCH)]
+        created = tube.put(rows)
+        log_line(log, "put", *[r["task_id"] for r in created.select("task_id").collect()])
+        batch += 1
+
+
+def consume(root: str, log: Any) -> None:
+    """Take and ack batches until killed."""
+    spark = sparkqueue.session(app_name="torture-consumer", master="local[1]")
+    tube = sparkqueue.connect(spark, root).tube(TUBE)
+    while True:
+        log_line(log, "taking")
+        batch = tube.take(BATCH, timeout=2.0)
+        ids = [r["task_id"] for r in batch.select("task_id").collect()]
+        if ids:
+            log_line(log, "took", *ids)
+            log_line(log, "acking")
+            log_line(log, "acked", *[r["task_id"] for r in tube.ack(ids).collect()])
+
+
+def read_logs(folder: Path) -> dict[str, list[list[str]]]:
+    """Every log's lines as words, by kind of line (a line cut by a kill is dropped)."""
+    out: dict[str, list[list[str]]] = {}
+    for file in sorted(folder.glob("*.log")):
+        text = file.read_text()
+        lines = text.splitlines() if text.endswith("\n") else text.splitlines()[:-1]
+        for line in lines:
+            words = line.split()
+            if words:
+                out.setdefault(words[0], []).append(words[1:])
+    return out
+
+
+class Crew:
+    """The running producer and consumers, each a Spark application of its own."""
+
+    def __init__(self, root: str, logs: Path) -> None:
+        self.root, self.logs, self.started = root, logs, 0
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, slot: str) -> None:
+        self.started += 1
+        role = slot.rstrip("0123456789")
+        log = self.logs / f"{slot}-{self.started}.log"
+        self.procs[slot] = subprocess.Popen(
+            [sys.executable, __file__, "--role", role, "--root", self.root, "--log", str(log),
+             "--incarnation", str(self.started)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def newest_log(self, slot: str) -> list[str]:
+        logs = sorted(self.logs.glob(f"{slot}-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        return logs[-1].read_text().splitlines() if logs else []
+
+    def working(self) -> list[str]:
+        """The slots whose process is past its start-up (it has logged)."""
+        return [slot for slot in sorted(self.procs) if self.newest_log(slot)]
+
+    def wait_until_working(self) -> None:
+        while len(self.working()) < len(self.procs):
+            threading.Event().wait(0.5)
+
+    def doing(self, slot: str) -> str:
+        """What the process in ``slot`` was last doing, from its newest log."""
+        last = self.newest_log(slot)
+        word = last[-1].split()[0] if last else ""
+        return {"putting": "mid-put", "taking": "mid-take", "acking": "mid-ack",
+                "took": "between take and ack", "put": "between puts",
+                "acked": "between ack and take"}.get(word, "starting up")
+
+
+def torture(args: argparse.Namespace) -> int:
+    root = args.root or tempfile.mkdtemp(prefix="sparkqueue-torture-")
+    logs = Path(root) / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(args.seed)
+    spark = sparkqueue.session(app_name="torture", master="local[1]")
+    sq = sparkqueue.connect(spark, f"{root}/queue", owner="drain")
+    tube = sq.create_tube(TUBE, "fifottl", ttr=TTR, if_not_exists=True)
+    crew = Crew(f"{root}/queue", logs)
+    for slot in ("producer", "consumer1", "consumer2"):
+        crew.start(slot)
+    kills: Counter[str] = Counter()
+    crew.wait_until_working()
+    end = time.monotonic() + args.seconds
+    while time.monotonic() < end and sum(kills.values()) < args.kills:
+        threading.Event().wait(rng.uniform(1.0, 2.0 * args.seconds / max(1, args.kills)))
+        working = crew.working()
+        if not working:
+            continue
+        slot = rng.choice(working)
+        kills[f"{slot.rstrip('0123456789')} {crew.doing(slot)}"] += 1
+        crew.procs[slot].send_signal(signal.SIGKILL)
+        crew.procs[slot].wait()
+        crew.start(slot)
+    threading.Event().wait(max(0.0, end - time.monotonic()))
+    crew.procs["producer"].send_signal(signal.SIGTERM)
+    crew.procs["producer"].wait(timeout=300)
+    for slot in ("consumer1", "consumer2"):
+        crew.procs[slot].send_signal(signal.SIGKILL)
+        crew.procs[slot].wait()
+    drained = drain(tube, logs)
+    return report(read_logs(logs), kills, tube, drained)
+
+
+def drain(tube: sparkqueue.Tube, logs: Path) -> int:
+    """Take and ack until the tube holds nothing (killed consumers' leases end first)."""
+    rounds = 0
+    with open(logs / "drain-0.log", "a") as log:
+        while tube.statistics()["tasks"]["total"] > 0:
+            batch = tube.take(10_000, timeout=TTR + 2.0)
+            ids = [r["task_id"] for r in batch.select("task_id").collect()]
+            if ids:
+                log_line(log, "took", *ids)
+                log_line(log, "acked", *[r["task_id"] for r in tube.ack(ids).collect()])
+            rounds += 1
+    return rounds
+
+
+def feed_counts(tube: sparkqueue.Tube) -> tuple[Counter[int], Counter[int]]:
+    """How often the tasks table's change feed inserted and deleted each task id:
+    what the tube itself says happened, whatever a killed process did not log."""
+    rows = (tube._spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", 0).load(tube._layout.tasks(tube.name))
+            .where("task_id >= 0 AND _change_type IN ('insert', 'delete')")
+            .groupBy("task_id", "_change_type").count().collect())
+    inserts = Counter({int(r["task_id"]): int(r["count"]) for r in rows
+                       if r["_change_type"] == "insert"})
+    deletes = Counter({int(r["task_id"]): int(r["count"]) for r in rows
+                       if r["_change_type"] == "delete"})
+    return inserts, deletes
+
+
+def report(lines: dict[str, list[list[str]]], kills: Counter[str], tube: sparkqueue.Tube,
+           drain_rounds: int) -> int:
+    """Print the figures; 0 when nothing was lost or acked twice and the statistics agree."""
+    stats = tube.statistics()
+    inserts, deletes = feed_counts(tube)
+    put = {int(i) for words in lines.get("put", []) for i in words}
+    acks = Counter(int(i) for words in lines.get("acked", []) for i in words)
+    takes = Counter(int(i) for words in lines.get("took", []) for i in words)
+    lost = put - set(deletes)
+    twice = sorted({i for i, n in acks.items() if n > 1} | {i for i, n in deletes.items()
+                                                             if n > 1})
+    checks = {
+        "tasks were put and acked": bool(inserts) and bool(deletes),
+        "lost": not lost,
+        "acked twice": not twice,
+        "put twice": all(n == 1 for n in inserts.values()),
+        "acks logged are acks in the tube": set(acks) <= set(deletes),
+        "calls.put = tasks put": stats["calls"]["put"] == len(inserts),
+        "calls.ack = tasks acked": stats["calls"]["ack"] == len(deletes),
+        "tasks.done = tasks acked": stats["tasks"]["done"] == len(deletes),
+        "tasks.total = 0": stats["tasks"]["total"] == 0,
+    }
+    print("kills: " + str(sum(kills.values())) + " ("
+          + ", ".join(f"{k}: {n}" for k, n in sorted(kills.items())) + ")")
+    print(f"tasks put: {len(inserts)} ({len(put)} by puts that returned, "
+          f"{len(set(inserts) - put)} by puts cut short that committed)")
+    print(f"acked: {len(deletes)} ({len(acks)} by acks that returned); "
+          f"acked twice: {len(twice)}; lost: {len(lost)}; "
+          f"re-delivered: {sum(1 for n in takes.values() if n > 1)}; "
+          f"drain rounds: {drain_rounds}")
+    print(f"statistics: calls.put {stats['calls']['put']}, calls.take {stats['calls']['take']}, "
+          f"calls.ack {stats['calls']['ack']}, tasks.done {stats['tasks']['done']}, "
+          f"tasks.total {stats['tasks']['total']}")
+    for name, ok in checks.items():
+        print(f"{'ok  ' if ok else 'FAIL'} {name}")
+    if lost:
+        print("lost ids:", sorted(lost)[:20])
+    return 0 if all(checks.values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=120.0, help="how long to kill")
+    parser.add_argument("--kills", type=int, default=8, help="at most this many kills")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--root", help="folder for the queue and logs (default: a new one)")
+    parser.add_argument("--role", choices=["producer", "consumer"], help=argparse.SUPPRESS)
+    parser.add_argument("--log", help=argparse.SUPPRESS)
+    parser.add_argument("--incarnation", default="0", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.role is None:
+        return torture(args)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    with open(args.log, "a") as log:
+        if args.role == "producer":
+            produce(args.root, log, args.incarnation)
+        else:
+            consume(args.root, log)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""Damaged storage: a typed error that names the path and what is wrong, and no verb
+ever recreates a table that a registered tube had (its tasks would vanish silently)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+import sparkqueue
+from sparkqueue import FakeClock, Queue, StorageError, Tube, TubeNotFound
+
+
+def local(path: str) -> Path:
+    return Path(path.removeprefix("file:"))
+
+
+def with_tasks(sq: Queue, name: str = "t") -> Tube:
+    t = sq.create_tube(name, "fifottl")
+    t.put([{"n": i} for i in range(10)])
+    t.take(1)
+    return t
+
+
+def every_verb_says(t: Tube, path: str) -> None:
+    """Each verb that reads or writes the table at ``path`` raises StorageError naming
+    it and the tube (an ack or a kick never reads the inbox)."""
+    tasks_only = [lambda: t.ack(0), lambda: t.kick(1), t.release_all]
+    for verb in [lambda: t.put({"n": 1}), lambda: t.take(1), t.statistics,
+                 lambda: t.peek([0]).count(), t.truncate,
+                 *(tasks_only if path == t._layout.tasks(t.name) else [])]:
+        with pytest.raises(StorageError) as err:
+            verb()
+        assert err.value.tube == t.name and path in str(err.value), err.value
+
+
+@pytest.mark.parametrize("table", ["tasks", "inbox"])
+def test_a_table_deleted_under_a_running_queue_is_an_error_not_a_new_table(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock, table: str) -> None:
+    t = with_tasks(sq)
+    path = getattr(t._layout, table)(t.name)
+    shutil.rmtree(local(path))
+    every_verb_says(t, path)
+    other = sparkqueue.connect(spark, root, owner="b", clock=clock).tube("t")
+    with pytest.raises(StorageError, match="missing"):
+        other.statistics()
+    assert not local(path).exists()  # nothing made a new, empty table in its place
+
+
+def test_a_missing_delta_log_or_tube_folder_is_an_error(sq: Queue) -> None:
+    t = with_tasks(sq, "a")
+    shutil.rmtree(local(t._layout.tasks("a")) / "_delta_log")
+    every_verb_says(t, t._layout.tasks("a"))
+    u = with_tasks(sq, "b")
+    shutil.rmtree(local(u._layout.tube_dir("b")))
+    with pytest.raises(StorageError, match="missing"):
+        u.take(1)
+    with pytest.raises(StorageError, match="missing"):
+        sq.tube("b").put({"n": 1})
+    assert not local(u._layout.tube_dir("b")).exists()
+    assert sq.tubes() == ["a", "b"]
+
+
+def test_drop_finishes_a_damaged_tube_and_its_name_is_free_again(sq: Queue) -> None:
+    t = with_tasks(sq)
+    shutil.rmtree(local(t._layout.tasks("t")))
+    sq.tube("t").drop()
+    assert sq.tubes() == []
+    with pytest.raises(TubeNotFound):
+        t.take(1)
+    fresh = sq.create_tube("t", "fifottl")
+    assert fresh.statistics()["tasks"]["total"] == 0
+
+
+def test_a_dropped_tube_says_not_found_and_names_those_that_exist(sq: Queue) -> None:
+    t = with_tasks(sq)
+    sq.create_tube("other")
+    t.release_all()
+    sq.tube("t").drop()
+    with pytest.raises(TubeNotFound, match="existing tubes: other"):
+        t.take(1)
+
+
+def test_a_missing_registry_is_an_error_while_tubes_exist(sq: Queue, spark: SparkSession,
+                                                         root: str) -> None:
+    with_tasks(sq)
+    shutil.rmtree(local(sq._layout.registry))
+    with pytest.raises(StorageError, match=r"registry of tubes is missing.*\(t\)"):
+        sparkqueue.connect(spark, root)
+    assert not local(sq._layout.registry).exists()
+
+
+def test_a_root_that_cannot_be_written_is_an_error_naming_it(spark: SparkSession,
+                                                            tmp_path: Path) -> None:
+    blocker = tmp_path / "a_file"
+    blocker.write_text("not a folder")
+    with pytest.raises(StorageError, match="cannot create a Delta table") as err:
+        sparkqueue.connect(spark, str(blocker / "queues"))
+    assert str(blocker / "queues") in err.value.path
+    assert "Py4J" not in str(err.value) and "\tat " not in str(err.value)
