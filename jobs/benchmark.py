@@ -6,6 +6,8 @@ Prints, in one run:
   (both into an existing table: a tube's first put also adds its payload column;
   each a median of --repeat runs after a warm-up run, alternating), and a put of
   one row against an append of one row (what every put pays, whatever its size);
+  the same two puts into a limfifottl tube (a capacity: its puts count the live
+  tasks and commit one after another) against the fifottl puts;
 - take(n) for n = 1, 1,000, 100,000 on an N-task tube, against a hand-written
   MERGE that flips the n lowest-id ready rows of a plain Delta table holding
   the same rows (each a median of --repeat runs, after a warm-up run), and the
@@ -367,14 +369,22 @@ def main(argv: list[str] | None = None) -> int:
         puts.put(payload(spark, 1))
         payload(spark, 1).write.format("delta").save(f"{root}/plain_append")
         one = payload(spark, 1).localCheckpoint(eager=True)
-        put_times: dict[str, list[float]] = {"put": [], "append": [], "put_1": [], "append_1": []}
+        # A limfifottl tube's puts count its live tasks and commit in turn (a Delta
+        # transaction id): what that costs, against the same puts into a fifottl tube.
+        capped = sq.create_tube("capped", "limfifottl", capacity=10**15)
+        capped.put(payload(spark, 1))
+        put_times: dict[str, list[float]] = {
+            "put": [], "append": [], "put_1": [], "append_1": [], "capped_put": [],
+            "capped_put_1": []}
         for i in range(args.repeat + 1):
             runs = [("put", lambda: puts.put(rows)),
                     ("append", lambda: rows.write.format("delta").mode("append")
                      .save(f"{root}/plain_append")),
                     ("put_1", lambda: puts.put(one)),
                     ("append_1", lambda: one.write.format("delta").mode("append")
-                     .save(f"{root}/plain_append"))]
+                     .save(f"{root}/plain_append")),
+                    ("capped_put", lambda: capped.put(rows)),
+                    ("capped_put_1", lambda: capped.put(one))]
             for key, run in runs if i % 2 else reversed(runs):
                 took = timed(run)
                 if i:  # the first round is the warm-up
@@ -383,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
             figures[f"{key}_s"] = statistics.median(times)
         figures["put_ratio"] = figures["put_s"] / figures["append_s"]
         figures["put_1_ratio"] = figures["put_1_s"] / figures["append_1_s"]
+        figures["capped_put_ratio"] = figures["capped_put_s"] / figures["put_s"]
+        figures["capped_put_1_ratio"] = figures["capped_put_1_s"] / figures["put_1_s"]
         tube = sq.create_tube("bench", "fifottl")  # the take section's 1,000,000 tasks
         tube.put(rows)
 
