@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYTHONWARNINGS := ignore::FutureWarning
 
-.PHONY: help setup java jars demo test check bench sweep torture clean
+.PHONY: help setup java jars demo test test-fast check bench sweep torture clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -37,6 +37,9 @@ demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
 
 test: jars  ## set up, then run the whole test suite
 	$(PY) -m pytest tests
+
+test-fast: setup  ## the pure-logic tests only: no JVM, seconds
+	$(PY) -m pytest -q tests/unit
 
 check: setup  ## lint and type-check
 	$(VENV)/bin/ruff check sparkqueue jobs tests

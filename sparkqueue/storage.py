@@ -182,9 +182,8 @@ FILE_STATS = {
 
 #: The tasks table's columns whose per-file statistics Delta keeps: what FILE_STATS
 #: reads, and the columns operations filter on (Delta skips files by them). Not
-#: the payload, tokens, counters: collecting statistics costs every write, about
-#: a fifth of a one-commit take's write of 30,000 tasks here with all columns
-#: (a scratch profile, BENCHMARKS.md session 14).
+#: the payload, tokens, counters: collecting statistics costs every write, in
+#: proportion to the columns it covers.
 STATS_COLUMNS = sorted({col for _, col in FILE_STATS.values()}
                        | {"next_event", "delay_end", "change_token"})
 
@@ -608,12 +607,10 @@ class Layout:
             # Deletion vectors only for what they make Delta expose: a row's place in
             # its file (``_metadata.row_index``), half of its task id. Not row
             # tracking: it makes every append rebuild the snapshot's state (three
-            # Spark jobs, ~0.7 s here, whatever the put's size). Inbox files must
-            # never be rewritten (ids would move): no auto compaction. Statistics: row
-            # counts only (ids count rows): nothing filters the inbox, it is read by
-            # the files the log names, and min/max per column would cost every put
-            # (1.11x against 0.97x of a plain append of 1,000,000 rows here, in a
-            # scratch A/B: BENCHMARKS.md session 14).
+            # Spark jobs, whatever the put's size). Inbox files must never be
+            # rewritten (ids would move): no auto compaction. Statistics: row counts
+            # only (ids count rows): nothing filters the inbox, it is read by the
+            # files the log names, and min/max per column would cost every put.
             {"delta.enableDeletionVectors": "true",
              "delta.autoOptimize.autoCompact": "false",
              "delta.dataSkippingNumIndexedCols": "0"},

@@ -39,6 +39,7 @@ from .errors import (
     SchemaMismatch,
     StorageError,
     TaskNotFound,
+    Timeout,
 )
 from .storage import CommitTag, effective_status, sql_num
 from .task import LIVE_STATES, Task, TaskState
@@ -755,9 +756,12 @@ class Tube:
         capacity = int(self._default("capacity") or 0) if self.driver.uses_capacity else 0
         until = time.monotonic() + (opts.timeout or 0.0)
         adding = frame.count() if capacity else -1
+        deadline = self._deadline(opts.timeout or 0.0)
         while True:
             if adding == 0:
                 return self._empty()
+            if time.monotonic() > deadline:
+                raise Timeout(f"put to {self.name!r} kept losing its turn to other puts")
             anchor = layout.cursor(self.name)  # ids count from here; read before the append
             before = layout.latest_version(inbox)
             if capacity and txn is None:
