@@ -50,7 +50,7 @@ sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root)
 	  $(if $(ROOT),--root $(ROOT)) --once
 
 bench: jars  ## run the benchmark job (figures and ratios against plain Delta)
-	$(PY) jobs/benchmark.py
+	$(PY) jobs/benchmark.py --write BENCHMARKS.md $(ARGS)
 
 torture: jars  ## crash torture (ARGS="--seconds 300" etc.): processes SIGKILLed at random, then a drain
 	$(PY) jobs/torture.py $(ARGS)

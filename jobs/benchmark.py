@@ -51,13 +51,16 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from importlib.metadata import version
 from typing import Any
 
 from delta.tables import DeltaTable
@@ -316,6 +319,55 @@ def bench_sweep(spark: SparkSession, root: str, figures: dict[str, Any],
         figures[f"sweep_{big}_expire_s"] / figures[f"sweep_{small}_expire_s"])
 
 
+def git_commit() -> str:
+    """The commit this code is at, marked when the work tree has changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + (" with uncommitted changes" if git("status", "--porcelain") else "")
+
+
+def machine() -> str:
+    """Cores, memory, OS, Python and the Spark and Delta versions."""
+    memory = "?"
+    if os.path.exists("/proc/meminfo"):
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])
+        memory = f"{kib / 2**20:.0f} GiB"
+    return (f"{os.cpu_count()} cores, {memory}, {platform.system()} {platform.machine()}, "
+            f"Python {platform.python_version()}, pyspark {version('pyspark')}, "
+            f"delta-spark {version('delta-spark')}")
+
+
+def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:
+    """Write one run as Markdown: when, at which commit, where, how, and every figure
+    (seconds, tasks per second) and ratio (time over the baseline's time)."""
+    ratios = {k: v for k, v in figures.items() if k.endswith("_ratio")}
+    values = {k: v for k, v in figures.items()
+              if k not in ratios and k not in ("machine", "cores", "date", "sparkqueue")}
+
+    def shown(v: Any) -> str:
+        return f"{v:,.3f}" if isinstance(v, float) else str(v)
+
+    lines = [
+        "# Benchmarks", "",
+        "Written by `make bench` (`jobs/benchmark.py --write BENCHMARKS.md`) from one run;",
+        "every figure is measured in that run, each against a plain-Delta baseline run",
+        "in the same process. What each figure is: the docstring of jobs/benchmark.py.",
+        "Ratios are time over the baseline's time (below 1: faster than the baseline).",
+        "", f"- date: {figures['date']}", f"- commit: {git_commit()}",
+        f"- machine: {machine()}",
+        f"- command: `python jobs/benchmark.py {' '.join(argv)}`", "",
+        "## Ratios", "", "| figure | ratio |", "| --- | ---: |",
+        *[f"| {k.removesuffix('_ratio')} | {shown(v)} |" for k, v in ratios.items()], "",
+        "## Figures", "", "| figure | value |", "| --- | ---: |",
+        *[f"| {k} | {shown(v)} |" for k, v in values.items()], "",
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="sparkqueue against plain Delta")
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -334,6 +386,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="take + ack rounds timed with window 1")
     parser.add_argument("--root", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--write", default=None,
+                        help="also write the run as a Markdown report here (BENCHMARKS.md)")
     parser.add_argument("--driver-memory", default="6g",
                         help="for a local run started with plain python (spark-submit: "
                              "use its --driver-memory)")
@@ -482,6 +536,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(figures, f, indent=2)
+    if args.write:
+        write_report(args.write, figures, argv if argv is not None else sys.argv[1:])
     spark.stop()
     if args.root is None:
         shutil.rmtree(root, ignore_errors=True)
