@@ -68,7 +68,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
-from sparkqueue.storage import TASK_FILE_ROWS
+from sparkqueue.store import TASK_FILE_ROWS
 
 
 def timed(fn: Callable[[], Any]) -> float:
@@ -289,7 +289,7 @@ def tasks_table(spark: SparkSession, sq: sparkqueue.Queue, name: str, size: int,
                                                    F.col("id").cast("string")).alias("url"))
         .alias("data"))
     (rows.write.format("delta").mode("append").option("mergeSchema", "true")
-     .option("maxRecordsPerFile", TASK_FILE_ROWS).save(tube._layout.tasks(name)))
+     .option("maxRecordsPerFile", TASK_FILE_ROWS).save(tube.context.layout.tasks(name)))
     return tube
 
 

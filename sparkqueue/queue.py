@@ -9,16 +9,17 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from . import storage as st
+from . import store as st
 from . import sweep as sweep_mod
 from . import validate
 from .clock import Clock, system_clock
 from .config import Config, load_config
 from .drivers import BUILTIN_DRIVERS, Driver
+from .engine import TubeContext
+from .engine.ingest import live_tasks
 from .errors import (
     InvalidOption,
     InvalidState,
@@ -28,7 +29,7 @@ from .errors import (
     TubeNotFound,
 )
 from .session import quiet_pyspark_loggers, session
-from .storage import CommitTag
+from .store import CommitTag
 from .tube import Callback, Tube
 
 __all__ = ["Queue", "connect"]
@@ -187,7 +188,7 @@ class Queue:
                 atexit.register(self._drop_temporary)
         if on_task_change is not None:
             self._callbacks[name] = on_task_change
-        return Tube(self, name, type, driver_cls(options), options)
+        return self._open(name, type, driver_cls, options)
 
     def _register(self, name: str, type_name: str, options: dict[str, Any]) -> bool:
         """Insert the registry row unless the name exists; True if this call inserted it."""
@@ -198,9 +199,8 @@ class Queue:
                 row = sess.createDataFrame(
                     [(name, type_name, json.dumps(options), float(time.time()))],
                     "name string, type string, options string, created double")
-                result = (DeltaTable.forPath(sess, self._layout.registry).alias("r")
-                          .merge(row.alias("s"), "r.name = s.name")
-                          .whenNotMatchedInsertAll().execute())
+                result = st.merge(sess, self._layout.registry, row, "t.name = s.name",
+                                  [st.When("insert_all")])
                 first = result.first()
                 return bool(first is not None and int(first["num_inserted_rows"]) > 0)
         return st.retrying(attempt, deadline=time.monotonic() + self.config.conflict_timeout,
@@ -220,7 +220,21 @@ class Queue:
         if type_name not in self._drivers:
             raise QueueError(f"tube {name!r} has type {type_name!r}, which is not registered in "
                              f"this process; call register_driver({type_name!r}, ...) first")
-        return Tube(self, name, type_name, self._drivers[type_name](options), options)
+        return self._open(name, type_name, self._drivers[type_name], options)
+
+    def _open(self, name: str, type_name: str, driver_cls: type[Driver],
+              options: dict[str, Any]) -> Tube:
+        """A Tube over the engine's context of tube ``name``."""
+        def emit(tasks: DataFrame, event: str) -> None:
+            callback = self._callbacks.get(name)
+            if callback is not None:
+                callback(tasks, event)
+
+        context = TubeContext(
+            name=name, type=type_name, driver=driver_cls(options), options=dict(options),
+            layout=self._layout, spark=self.spark, clock=self.clock, config=self.config,
+            owner=self._owner, emit=emit, registered=self.tubes)
+        return Tube(context, self._callbacks, self._drop)
 
     def tubes(self) -> list[str]:
         """Names of the existing tubes, sorted."""
@@ -282,7 +296,8 @@ class Queue:
         whose tables are already missing is dropped without the taken check.
         """
         try:
-            taken = tube._guarded(lambda: tube._live(tube._now()).where("eff = 'taken'").count())
+            ctx = tube.context
+            taken = ctx.guarded(lambda: live_tasks(ctx, ctx.now()).where("eff = 'taken'").count())
         except StorageError:
             taken = 0
         if taken:
@@ -292,8 +307,7 @@ class Queue:
 
         def remove() -> None:
             with self._layout.tagged(CommitTag.new("drop")) as sess:
-                DeltaTable.forPath(sess, self._layout.registry).delete(
-                    F.col("name") == F.lit(tube.name))
+                st.delete(sess, self._layout.registry, F.col("name") == F.lit(tube.name))
         st.retrying(remove, deadline=time.monotonic() + self.config.conflict_timeout,
                     what=f"dropping tube {tube.name!r}")
         self._callbacks.pop(tube.name, None)

@@ -12,6 +12,7 @@ from pyspark.sql import SparkSession
 
 from .config import load_config
 from .errors import QueueError
+from .store.jvm import quiet_task_failures
 
 __all__ = ["session", "delta_package", "quiet_pyspark_loggers", "quiet_task_failures"]
 
@@ -106,22 +107,5 @@ def session(
             "Check that Java 17 is installed and that Maven Central is reachable for the "
             "Delta jar (or that it is already in the Ivy cache)."
         ) from e
-    spark.sparkContext.setLogLevel("ERROR")
     quiet_task_failures(spark)
     return spark
-
-
-def quiet_task_failures(spark: SparkSession) -> None:
-    """Keep Spark from logging a stack trace per failed task.
-
-    sparkqueue fails MERGEs on purpose (``raise_error`` guards: a batch with
-    a task in the wrong state writes nothing) and reports them as typed errors.
-    """
-    jvm = spark.sparkContext._jvm
-    if jvm is None:  # pragma: no cover - Spark Connect
-        return
-    fatal = jvm.org.apache.logging.log4j.Level.FATAL
-    for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
-                 "org.apache.spark.scheduler.TaskSchedulerImpl",
-                 "org.apache.spark.sql.delta", "org.apache.spark.util.Utils"):
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, fatal)

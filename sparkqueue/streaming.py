@@ -17,6 +17,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from .engine import put as putting
 from .errors import InvalidOption
 
 if TYPE_CHECKING:
@@ -40,14 +41,15 @@ def sink(tube: Tube, stream_df: DataFrame, checkpoint_location: str,
     if trigger is not None and not isinstance(trigger, dict):
         raise InvalidOption(f"trigger must be a dict for DataStreamWriter.trigger(**trigger), "
                             f"e.g. {{'availableNow': True}}; got {trigger!r}")
-    opts = tube._put_options(**put_opts)
+    opts = putting.put_options(tube.context, **put_opts)
     query_id: list[str] = []
 
     def put_batch(batch: DataFrame, batch_id: int) -> None:
         if not query_id:  # written by Spark when the query first started
-            text = tube._layout.read_text(f"{checkpoint_location.rstrip('/')}/metadata")
+            text = tube.context.layout.read_text(f"{checkpoint_location.rstrip('/')}/metadata")
             query_id.append(json.loads(text)["id"])
-        tube._guarded(lambda: tube._write_put(batch, False, False, opts, "put",
+        ctx = tube.context
+        ctx.guarded(lambda: putting.write_put(ctx, batch, False, False, opts, "put",
                                               txn=(f"sq-sink-{query_id[0]}", batch_id)))
 
     writer = (stream_df.writeStream.foreachBatch(put_batch)
@@ -78,10 +80,10 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
             starting_version, int) or starting_version < 0):
         raise InvalidOption(f"starting_version must be a table version (int >= 0), "
                             f"got {starting_version!r}")
-    reader = tube._spark.readStream.format("delta").option("readChangeFeed", "true")
+    reader = tube.context.spark.readStream.format("delta").option("readChangeFeed", "true")
     if starting_version is not None:
         reader = reader.option("startingVersion", starting_version)
-    cdf = tube._guarded(lambda: reader.load(tube._layout.tasks(tube.name)))
+    cdf = tube.context.guarded(lambda: reader.load(tube.context.layout.tasks(tube.name)))
     deleted = F.col("_change_type") == "delete"
     return (cdf.where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")
             .select(

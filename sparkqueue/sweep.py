@@ -32,14 +32,15 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from . import storage as st
+from . import store as st
+from .engine import ops
+from .engine.stats import census
 from .errors import Timeout
-from .storage import CommitTag
+from .store import CommitTag
 
 if TYPE_CHECKING:
     from .queue import Queue
@@ -71,7 +72,7 @@ STATS_SCHEMA = T.StructType([
 #: Files with a delay or ttl ending sooner than this many seconds are not compacted:
 #: a task whose delay ends becomes takeable, and its file read by a take.
 COMPACT_HORIZON = 60.0
-#: A file with fewer rows than this is small (see storage.TASK_FILE_ROWS).
+#: A file with fewer rows than this is small (see store.TASK_FILE_ROWS).
 SMALL_FILE_ROWS = st.TASK_FILE_ROWS // 4
 #: Purges give way to producers: after this many seconds of conflicts they wait
 #: for the next pass instead of holding the sweeper up.
@@ -93,8 +94,8 @@ def sweep_tube(queue: Queue, tube: Tube, sweep_id: str,
     snapshots), which with the conf's intervals decides whether they are due.
     """
     config = queue.config
-    now = tube._now()
-    expired = tube._expire()
+    now = tube.context.now()
+    expired = ops.expire(tube.context)
     progress(f"{tube.name}: expired ttl={expired['ttl']} ttr={expired['ttr']} "
              f"delay={expired['delay']}")
     purged = purge(tube)
@@ -106,7 +107,7 @@ def sweep_tube(queue: Queue, tube: Tube, sweep_id: str,
     if _due(last[1], config.vacuum_interval, now):
         vacuumed = vacuum(tube, config.vacuum_retention_hours)
         progress(f"{tube.name}: vacuumed {vacuumed} file(s)")
-    stats, oldest = tube._census(tube._now())
+    stats, oldest = census(tube.context, tube.context.now())
     snapshot = (
         tube.name, sweep_id, now, *[int(stats["tasks"][s]) for s in (
             "ready", "taken", "done", "buried", "delayed", "total")],
@@ -114,7 +115,7 @@ def sweep_tube(queue: Queue, tube: Tube, sweep_id: str,
         None if oldest is None else max(0.0, now - oldest),
         expired["ttl"], expired["ttr"], expired["delay"], purged, compacted, vacuumed,
     )
-    layout = tube._layout
+    layout = tube.context.layout
     layout.create_stats_table(STATS_SCHEMA)
     queue.spark.createDataFrame([snapshot], STATS_SCHEMA).write.format("delta") \
         .mode("append").save(layout.stats)
@@ -159,7 +160,7 @@ def purge(tube: Tube) -> int:
     removed = 0
     for step in (_purge_markers, _purge_inbox):
         try:
-            removed += tube._guarded(lambda s=step: st.retrying(  # type: ignore[misc]
+            removed += tube.context.guarded(lambda s=step: st.retrying(  # type: ignore[misc]
                 lambda: s(tube), deadline=deadline, what=f"purge of {tube.name!r}"))
         except Timeout:
             break
@@ -167,7 +168,7 @@ def purge(tube: Tube) -> int:
 
 
 def _purge_markers(tube: Tube) -> int:
-    layout = tube._layout
+    layout = tube.context.layout
     path = layout.tasks(tube.name)
     row = (layout.read(path).where("task_id < 0")  # marker files only (their statistics)
            .agg(F.count("*"), F.max("inbox_version")).first())
@@ -175,12 +176,12 @@ def _purge_markers(tube: Tube) -> int:
         return 0
     keep = -1 - int(row[1])  # the newest marker: the cursor's fallback
     with layout.tagged(CommitTag.new("purge")) as sess:
-        DeltaTable.forPath(sess, path).delete(f"task_id < 0 AND task_id > {keep}")
+        st.delete(sess, path, f"task_id < 0 AND task_id > {keep}")
     return int(row[0]) - 1
 
 
 def _purge_inbox(tube: Tube) -> int:
-    layout = tube._layout
+    layout = tube.context.layout
     return layout.purge_inbox(tube.name, layout.cursor(tube.name))
 
 
@@ -200,7 +201,7 @@ def compact(tube: Tube) -> int:
     feed has nothing to report. A commit that removed one of the files first
     (a kick, a delete) makes the rewrite conflict; it is retried.
     """
-    layout = tube._layout
+    layout = tube.context.layout
     path = layout.tasks(tube.name)
 
     def attempt() -> int:
@@ -213,10 +214,10 @@ def compact(tube: Tube) -> int:
                       .alias("live"))
                  .collect())
         return sum(layout.rewrite_files(path, group)
-                   for group in cold_groups(files, tube._now()))
+                   for group in cold_groups(files, tube.context.now()))
 
-    return tube._guarded(lambda: st.retrying(
-        attempt, deadline=tube._deadline(), what=f"compaction of {tube.name!r}"))
+    return tube.context.guarded(lambda: st.retrying(
+        attempt, deadline=tube.context.deadline(), what=f"compaction of {tube.name!r}"))
 
 
 def cold_groups(files: list[Any], now: float) -> list[list[str]]:
@@ -248,12 +249,12 @@ def vacuum(tube: Tube, retention_hours: float) -> int:
 
     VACUUM writes no data and no file actions, so it conflicts with nothing.
     """
-    layout = tube._layout
+    layout = tube.context.layout
     deleted = 0
     for path in (layout.inbox(tube.name), layout.tasks(tube.name)):
         before = layout.latest_version(path)
-        tube._guarded(lambda p=path: DeltaTable.forPath(  # type: ignore[misc]
-            tube._spark, p).vacuum(retention_hours))
+        tube.context.guarded(lambda p=path: st.vacuum(  # type: ignore[misc]
+            tube.context.spark, p, retention_hours))
         for _, info in layout.commit_infos(path, before):
             if info.get("operation") == "VACUUM END":
                 deleted += int((info.get("operationMetrics") or {}).get("numDeletedFiles", 0))

@@ -17,13 +17,16 @@ from pyspark.sql import Column, DataFrame
 
 from .errors import InvalidOption
 
-__all__ = ["tube_name", "seconds", "count", "batch", "pri", "integer", "task_ids", "owner",
-           "PRI_RANGE", "MAX_BATCH", "NEVER_ENDS"]
+__all__ = ["tube_name", "seconds", "count", "batch", "pri", "integer", "task_ids", "one_id",
+           "owner",
+           "PRI_RANGE", "URGENT_PRI", "MAX_BATCH", "NEVER_ENDS"]
 
 NAME = re.compile(r"[A-Za-z0-9_]{1,32}")
 #: Priorities users may give: ``urgent`` puts use ``PRI_RANGE[0] - 1``, ahead of all of them,
 #: and every stored priority fits a Spark BIGINT.
 PRI_RANGE = (-(2**62) + 1, 2**62 - 1)
+#: The priority of ``urgent`` puts: ahead of every one a user may give.
+URGENT_PRI = PRI_RANGE[0] - 1
 #: The most tasks one take or kick handles (Spark's LIMIT is an INT); a larger ``n``
 #: asks for every task there is, which is what it gets.
 MAX_BATCH = 2**31 - 1
@@ -91,6 +94,15 @@ def batch(what: str, value: Any, *, minimum: int = 1) -> int:
     """How many tasks one call handles at most: an integer >= ``minimum``; one above
     :data:`MAX_BATCH` asks for all there are, and is that."""
     return min(integer(what, value, minimum=minimum), MAX_BATCH)
+
+
+def one_id(task_id: Any) -> list[int]:
+    """One task id (any ``numbers.Integral`` but bool), as a one-id list."""
+    if isinstance(task_id, bool) or not isinstance(task_id, numbers.Integral):
+        raise InvalidOption(f"expected one task id (an int), got {task_id!r}")
+    ids = task_ids(task_id)
+    assert isinstance(ids, list)
+    return ids
 
 
 def owner(value: Any) -> str:

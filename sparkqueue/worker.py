@@ -19,6 +19,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 
 from . import validate
+from .engine import ops
+from .engine import take as taking
 from .errors import InvalidOption, QueueError
 
 if TYPE_CHECKING:
@@ -153,20 +155,21 @@ class Consumer:
         handler ran), the acks are tried alone, as without the pairing, then the take."""
         tube, acks = self.tube, self._acks
         self._acks = []
-        who = tube._owner(self.owner)
-        window = int(tube._default("window") or 1)
-        if acks and tube._ack_files(acks, who) is not None:  # whole files: no MERGE for them
+        who = tube.context.who(self.owner)
+        window = int(tube.context.default("window") or 1)
+        if acks and ops.ack_files(tube.context, acks, who) is not None:  # whole files: no MERGE
             self.progress.done += len(acks)
             acks = []
         if acks:
             try:
-                batch = tube._take(self.batch_size, self.take_timeout, who, window, acking=acks)
+                batch = taking.take(tube.context, self.batch_size, self.take_timeout, who, window,
+                                    acking=acks)
             except QueueError:
                 self.progress.done += self._apply(tube.ack, acks)
             else:
                 self.progress.done += len(acks)
                 return batch
-        return tube._take(self.batch_size, self.take_timeout, who, window)
+        return taking.take(tube.context, self.batch_size, self.take_timeout, who, window)
 
     def _settle(self, batch: DataFrame, taken: dict[int, int]) -> None:
         """Run the handler on ``batch``; ack, release or bury each task by its outcome."""

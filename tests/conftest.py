@@ -113,7 +113,7 @@ def versions(t: Tube) -> tuple[int, int]:
     return tuple(  # type: ignore[return-value]
         max((int(f.stem) for f in Path(p.removeprefix("file:"), "_delta_log").glob("*.json")),
             default=-1)
-        for p in (t._layout.inbox(t.name), t._layout.tasks(t.name))
+        for p in (t.context.layout.inbox(t.name), t.context.layout.tasks(t.name))
     )
 
 

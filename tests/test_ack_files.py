@@ -15,15 +15,16 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sparkqueue import FakeClock, InvalidState, NotOwner, Queue, TaskNotFound, Tube, storage
-from sparkqueue.storage import whole_files
+from sparkqueue import FakeClock, InvalidState, NotOwner, Queue, TaskNotFound, Tube, store
+from sparkqueue.engine.ingest import ingest
+from sparkqueue.store import whole_files
 
 from .conftest import ids
 
 
 def operations(t: Tube, after: int) -> list[tuple[str, str]]:
     """(Delta operation, sparkqueue op) of the tasks table's commits after ``after``."""
-    log = Path(t._layout.tasks(t.name)) / "_delta_log"
+    log = Path(t.context.layout.tasks(t.name)) / "_delta_log"
     out = []
     for f in sorted(log.glob("*.json")):
         if int(f.stem) > after:
@@ -39,7 +40,7 @@ def taken_whole(sq: Queue, n: int = 5, **options: Any) -> tuple[Tube, int]:
     t = sq.create_tube("acks", "fifottl", **options)
     t.put([{"n": i} for i in range(n)])
     assert len(ids(t.take(n))) == n
-    return t, t._layout.latest_version(t._layout.tasks("acks"))
+    return t, t.context.layout.latest_version(t.context.layout.tasks("acks"))
 
 
 def test_an_ingest_writes_runs_of_ids_so_a_take_of_whole_runs_acks_whole(
@@ -47,18 +48,18 @@ def test_an_ingest_writes_runs_of_ids_so_a_take_of_whole_runs_acks_whole(
     """Puts in several inbox files are ingested by one writer in id order: files of
     TASK_FILE_ROWS consecutive ids from the first, so a take of two runs leaves
     files of its tasks only, and its ack removes them without a MERGE."""
-    monkeypatch.setattr(storage, "TASK_FILE_ROWS", 3)
-    monkeypatch.setattr(storage, "FEW_FILES", 0)  # statistics even for a few files
+    monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 3)
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)  # statistics even for a few files
     t = sq.create_tube("runs", "fifottl")
     for _ in range(2):
         t.put([{"n": i} for i in range(4)])
-    t._ingest()
-    path = t._layout.tasks("runs")
+    ingest(t.context)
+    path = t.context.layout.tasks("runs")
     runs = sorted((f["min_task_id"], f["max_task_id"], f["rows"])
-                  for f in t._layout.file_stats(path) if f["min_task_id"] >= 0)
+                  for f in t.context.layout.file_stats(path) if f["min_task_id"] >= 0)
     assert runs == [(0, 2, 3), (3, 5, 3), (6, 7, 2)]
     batch = ids(t.take(6))
-    before = t._layout.latest_version(path)
+    before = t.context.layout.latest_version(path)
     t.ack(batch)
     assert operations(t, before) == [("DELETE", "ack")]
 
@@ -75,7 +76,7 @@ def test_an_ack_of_whole_files_removes_them_without_a_merge(sq: Queue,
     assert stats["calls"]["ack"] == 5 and stats["tasks"]["done"] == 5
     assert stats["tasks"]["total"] == 0
     feed = (spark.read.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", before + 1).load(t._layout.tasks("acks"))
+            .option("startingVersion", before + 1).load(t.context.layout.tasks("acks"))
             .where("task_id >= 0"))
     assert sorted((r["task_id"], r["_change_type"]) for r in feed.collect()) == [
         (i, "delete") for i in range(5)], "the change feed reads removed files as deletes"
@@ -85,7 +86,7 @@ def test_an_ack_of_the_take_result_dataframe_takes_the_same_path(sq: Queue) -> N
     t = sq.create_tube("acks", "fifottl")
     t.put([{"n": i} for i in range(4)])
     batch = t.take(4)
-    before = t._layout.latest_version(t._layout.tasks("acks"))
+    before = t.context.layout.latest_version(t.context.layout.tasks("acks"))
     assert ids(t.ack(batch)) == [0, 1, 2, 3]
     assert operations(t, before) == [("DELETE", "ack")]
 
@@ -107,7 +108,7 @@ def test_doubtful_acks_get_the_merges_error_and_change_nothing(sq: Queue,
     clock.advance(31)
     with pytest.raises(InvalidState):
         t.ack([0, 1, 2, 3, 4])
-    assert t._layout.latest_version(t._layout.tasks("acks")) == before
+    assert t.context.layout.latest_version(t.context.layout.tasks("acks")) == before
 
 
 def stats(lo: int, hi: int, owner: str = "me", status: str = "taken",
@@ -157,10 +158,10 @@ def test_tables_keep_the_statistics_that_are_read(sq: Queue) -> None:
     payload, tokens or counters; the inbox keeps row counts only (ids count
     rows; nothing filters it). Every write would pay for the others."""
     t, _ = taken_whole(sq)
-    kept = {col for stats in stats_of(t._layout.tasks(t.name)) for col in stats["nullCount"]}
-    assert kept == set(storage.STATS_COLUMNS)
-    assert {col for _, col in storage.FILE_STATS.values()} <= kept
-    inbox = stats_of(t._layout.inbox(t.name))
+    kept = {col for stats in stats_of(t.context.layout.tasks(t.name)) for col in stats["nullCount"]}
+    assert kept == set(store.STATS_COLUMNS)
+    assert {col for _, col in store.FILE_STATS.values()} <= kept
+    inbox = stats_of(t.context.layout.inbox(t.name))
     assert inbox and all(s["numRecords"] and not s.get("minValues") for s in inbox)
 
 
@@ -170,19 +171,19 @@ def test_results_read_the_table_when_a_commit_carries_deletion_vectors(
     has files whose rows are not all theirs. A result is then read from the
     table at its commit's version, not from the files the commit names."""
     t, _ = taken_whole(sq, n=6)
-    path = t._layout.tasks(t.name)
+    path = t.context.layout.tasks(t.name)
     spark.sql(f"ALTER TABLE delta.`{path}` "
               "SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
     read_table: list[int] = []
-    files_of = storage.Layout.commit_files
+    files_of = store.Layout.commit_files
 
-    def spied(self: storage.Layout, table: str, version: int) -> Any:
+    def spied(self: store.Layout, table: str, version: int) -> Any:
         found = files_of(self, table, version)
         if found is None:
             read_table.append(version)
         return found
 
-    monkeypatch.setattr(storage.Layout, "commit_files", spied)
+    monkeypatch.setattr(store.Layout, "commit_files", spied)
     acked = t.ack([1, 3])  # part of a file: a MERGE that marks its rows deleted
     released = t.release([0, 2])
     assert read_table, "a commit with deletion vectors sends the read to the table"

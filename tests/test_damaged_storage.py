@@ -30,7 +30,7 @@ def every_verb_says(t: Tube, path: str) -> None:
     tasks_only = [lambda: t.ack(0), lambda: t.kick(1), t.release_all]
     for verb in [lambda: t.put({"n": 1}), lambda: t.take(1), t.statistics,
                  lambda: t.peek([0]).count(), t.truncate,
-                 *(tasks_only if path == t._layout.tasks(t.name) else [])]:
+                 *(tasks_only if path == t.context.layout.tasks(t.name) else [])]:
         with pytest.raises(StorageError) as err:
             verb()
         assert err.value.tube == t.name and path in str(err.value), err.value
@@ -40,7 +40,7 @@ def every_verb_says(t: Tube, path: str) -> None:
 def test_a_table_deleted_under_a_running_queue_is_an_error_not_a_new_table(
         sq: Queue, spark: SparkSession, root: str, clock: FakeClock, table: str) -> None:
     t = with_tasks(sq)
-    path = getattr(t._layout, table)(t.name)
+    path = getattr(t.context.layout, table)(t.name)
     shutil.rmtree(local(path))
     every_verb_says(t, path)
     other = sparkqueue.connect(spark, root, owner="b", clock=clock).tube("t")
@@ -51,21 +51,21 @@ def test_a_table_deleted_under_a_running_queue_is_an_error_not_a_new_table(
 
 def test_a_missing_delta_log_or_tube_folder_is_an_error(sq: Queue) -> None:
     t = with_tasks(sq, "a")
-    shutil.rmtree(local(t._layout.tasks("a")) / "_delta_log")
-    every_verb_says(t, t._layout.tasks("a"))
+    shutil.rmtree(local(t.context.layout.tasks("a")) / "_delta_log")
+    every_verb_says(t, t.context.layout.tasks("a"))
     u = with_tasks(sq, "b")
-    shutil.rmtree(local(u._layout.tube_dir("b")))
+    shutil.rmtree(local(u.context.layout.tube_dir("b")))
     with pytest.raises(StorageError, match="missing"):
         u.take(1)
     with pytest.raises(StorageError, match="missing"):
         sq.tube("b").put({"n": 1})
-    assert not local(u._layout.tube_dir("b")).exists()
+    assert not local(u.context.layout.tube_dir("b")).exists()
     assert sq.tubes() == ["a", "b"]
 
 
 def test_drop_finishes_a_damaged_tube_and_its_name_is_free_again(sq: Queue) -> None:
     t = with_tasks(sq)
-    shutil.rmtree(local(t._layout.tasks("t")))
+    shutil.rmtree(local(t.context.layout.tasks("t")))
     sq.tube("t").drop()
     assert sq.tubes() == []
     with pytest.raises(TubeNotFound):

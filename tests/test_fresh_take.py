@@ -16,7 +16,8 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 import sparkqueue
-from sparkqueue import FakeClock, Queue, Tube, storage
+from sparkqueue import FakeClock, Queue, Tube, store
+from sparkqueue.engine.ingest import ingest, pending_rows
 
 from .conftest import ids
 from .test_ack_files import operations
@@ -32,7 +33,7 @@ def primed(sq: Queue, name: str, type_name: str, **options: Any) -> Tube:
 
 
 def tasks_version(t: Tube) -> int:
-    return t._layout.latest_version(t._layout.tasks(t.name))
+    return t.context.layout.latest_version(t.context.layout.tasks(t.name))
 
 
 @pytest.mark.parametrize("type_name", ["fifottl", "utube"])
@@ -62,7 +63,7 @@ def test_a_take_of_new_puts_ingests_and_leases_in_one_commit(
          (1, "taken", "take"), (2, "taken", "take")], feed.schema)
     assert_df_equality(feed, shown, ignore_row_order=True, ignore_nullable=True)
     raw = (spark.read.format("delta").option("readChangeFeed", "true")
-           .option("startingVersion", before + 1).load(t._layout.tasks(t.name)))
+           .option("startingVersion", before + 1).load(t.context.layout.tasks(t.name)))
     assert sorted((r["task_id"], r["_change_type"]) for r in raw.collect()) == [
         (1, "insert"), (1, "update_postimage"), (2, "insert"), (2, "update_postimage"),
         (3, "insert")], "no pre-image of a task put in the same commit"
@@ -104,19 +105,19 @@ def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
     before = tasks_version(t)
     t.put([{"n": i} for i in range(3)])
     other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("race")
-    commit = storage.Layout.commit_ingest
+    commit = store.Layout.commit_ingest
     raced: list[int] = []
 
-    def ingest_first(self: storage.Layout, *args: Any, **kwargs: Any) -> int:
+    def ingest_first(self: store.Layout, *args: Any, **kwargs: Any) -> int:
         if not raced:
-            other._ingest()
+            ingest(other.context)
             raced.append(1)
         return commit(self, *args, **kwargs)
 
-    monkeypatch.setattr(storage.Layout, "commit_ingest", ingest_first)
+    monkeypatch.setattr(store.Layout, "commit_ingest", ingest_first)
     assert ids(t.take(2)) == [1, 2]
     assert [op for _, op in operations(t, before)] == ["ingest", "take"]
-    rows = t._layout.read(t._layout.tasks("race")).where("task_id >= 0")
+    rows = t.context.layout.read(t.context.layout.tasks("race")).where("task_id >= 0")
     assert sorted(r["task_id"] for r in rows.collect()) == [1, 2, 3], "each task once"
 
 
@@ -126,15 +127,15 @@ def test_an_ingest_from_the_cursor_a_fresh_take_ingested_from_is_skipped(
     ingest from the same cursor appends nothing."""
     t = primed(sq, "late", "fifottl")
     t.put([{"n": 0}, {"n": 1}])
-    layout = t._layout
+    layout = t.context.layout
     start, upto = layout.cursor("late"), layout.latest_version(layout.inbox("late"))
-    late = t._pending(spark, start, upto)
+    late = pending_rows(t.context, spark, start, upto)
     assert late is not None
     before = tasks_version(t)
     assert ids(t.take(1)) == [1]
     assert operations(t, before) == [("WRITE", "ingest+take")]
     after = tasks_version(t)
-    layout.write_marker("late", start, storage.Cursor(upto, 3), late)
+    layout.write_marker("late", start, store.Cursor(upto, 3), late)
     assert tasks_version(t) == after, "the late ingest was skipped"
     assert ids(t.take(5)) == [2]
 
@@ -144,16 +145,16 @@ def test_a_fresh_take_writes_runs_of_ids_so_its_ack_removes_whole_files(
     """As an ingest does: files of TASK_FILE_ROWS consecutive ids from the first,
     the change feed's rows in files of their own; a take of whole runs is then
     acked by removing its files."""
-    monkeypatch.setattr(storage, "TASK_FILE_ROWS", 3)
-    monkeypatch.setattr(storage, "FEW_FILES", 0)
+    monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 3)
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)
     t = primed(sq, "runs", "fifottl")
     for _ in range(2):
         t.put([{"n": i} for i in range(4)])
     before = tasks_version(t)
     assert ids(t.take(6)) == list(range(1, 7))
-    path = t._layout.tasks("runs")
+    path = t.context.layout.tasks("runs")
     runs = sorted((f["min_task_id"], f["max_task_id"], f["min_status"], f["max_status"])
-                  for f in t._layout.file_stats(path) if f["min_task_id"] >= 0)
+                  for f in t.context.layout.file_stats(path) if f["min_task_id"] >= 0)
     assert runs == [(1, 3, "taken", "taken"), (4, 6, "taken", "taken"), (7, 8, "ready", "ready")]
     t.ack(list(range(1, 7)))
     assert operations(t, before) == [("WRITE", "ingest+take"), ("DELETE", "ack")]

@@ -9,7 +9,7 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from sparkqueue import FakeClock, InvalidOption, Queue, TaskNotFound, Tube, storage
+from sparkqueue import FakeClock, InvalidOption, Queue, TaskNotFound, Tube, store
 from sparkqueue.tube import URGENT_PRI
 from sparkqueue.validate import MAX_BATCH, PRI_RANGE
 from tests.conftest import ids, versions
@@ -54,9 +54,9 @@ def test_ingest_survives_a_put_tag_no_put_may_write_any_more(t: Tube, spark: Spa
                                                              clock: FakeClock) -> None:
     """An inbox commit whose tag holds a priority past BIGINT and a NaN ttl (as an
     earlier release let through): the tube still takes, counts and peeks."""
-    tag = storage.CommitTag.new("put", put={"now": clock(), "pri": 2**63, "ttl": float("nan")})
+    tag = store.CommitTag.new("put", put={"now": clock(), "pri": 2**63, "ttl": float("nan")})
     (spark.createDataFrame([({"n": 7},)], "data struct<n: bigint>").write.format("delta")
-     .mode("append").option("userMetadata", tag.json()).save(t._layout.inbox(t.name)))
+     .mode("append").option("userMetadata", tag.json()).save(t.context.layout.inbox(t.name)))
     assert t.statistics()["tasks"]["ready"] == 2
     taken = t.take(5).collect()
     assert [(r["data"]["n"], r["pri"], r["ttl"]) for r in taken] == [

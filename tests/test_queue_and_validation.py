@@ -17,7 +17,7 @@ from sparkqueue import (
     SchemaMismatch,
     TubeExists,
     TubeNotFound,
-    storage,
+    store,
 )
 from tests.conftest import versions
 
@@ -199,17 +199,17 @@ def test_bad_ids_write_nothing_even_with_puts_waiting_to_be_ingested(sq: Queue) 
 def test_id_lists_become_a_frame_of_exactly_those_ids(spark: SparkSession) -> None:
     """Ids (sorted, distinct) become a task_id frame holding exactly them, gaps and all."""
     ids = [0, 1, 2, 5, 7, 8, 9, 2**40]
-    frame = storage.id_frame(spark, ids)
+    frame = store.id_frame(spark, ids)
     assert sorted(r.task_id for r in frame.collect()) == ids
-    assert storage.id_frame(spark, []).count() == 0
+    assert store.id_frame(spark, []).count() == 0
 
 
 @pytest.mark.parametrize("runs_inline", [64, 1])
 def test_id_lists_leave_exactly_those_ids_out(spark: SparkSession, runs_inline: int,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """Left out as range filters (few runs) or by an anti-join (many): the same rows."""
-    monkeypatch.setattr(storage, "RUNS_INLINE", runs_inline)
+    monkeypatch.setattr(store.schema, "RUNS_INLINE", runs_inline)
     frame = spark.range(12).withColumnRenamed("id", "task_id")
-    kept = storage.without_ids(frame, [0, 1, 2, 5, 7, 8, 11], spark)
+    kept = store.without_ids(frame, [0, 1, 2, 5, 7, 8, 11], spark)
     assert sorted(r.task_id for r in kept.collect()) == [3, 4, 6, 9, 10]
-    assert storage.without_ids(frame, [], spark).count() == 12
+    assert store.without_ids(frame, [], spark).count() == 12

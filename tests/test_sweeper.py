@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import FakeClock, InvalidOption, Queue, Tube, cli
+from sparkqueue.engine.ingest import live_tasks
 from sparkqueue.sweep import cold_groups, compact
 from tests.conftest import ids, versions
 
@@ -29,12 +30,12 @@ REPO = Path(__file__).parent.parent
 
 def stored(spark: SparkSession, t: Tube) -> dict[int, str]:
     """The tasks table as stored (not as reads evaluate it): id -> status."""
-    rows = spark.read.format("delta").load(t._layout.tasks(t.name)).where("task_id >= 0")
+    rows = spark.read.format("delta").load(t.context.layout.tasks(t.name)).where("task_id >= 0")
     return {r["task_id"]: r["status"] for r in rows.collect()}
 
 
 def files_of(spark: SparkSession, t: Tube, where: str) -> set[str]:
-    rows = (spark.read.format("delta").load(t._layout.tasks(t.name)).where(where)
+    rows = (spark.read.format("delta").load(t.context.layout.tasks(t.name)).where(where)
             .select("_metadata.file_path").distinct().collect())
     return {r[0] for r in rows}
 
@@ -140,16 +141,17 @@ def test_compaction_rewrites_small_cold_files_only(
     hot = files_of(spark, t, "status IN ('ready', 'taken')")
     cold = files_of(spark, t, "status = 'buried'")
     assert len(cold) >= 4
-    everything = t._live(clock()).select("task_id", "status", "data").orderBy("task_id")
+    everything = (live_tasks(t.context, clock()).select("task_id", "status", "data")
+                  .orderBy("task_id"))
     before = everything.localCheckpoint()
-    version = t._layout.latest_version(t._layout.tasks("t"))
+    version = t.context.layout.latest_version(t.context.layout.tasks("t"))
 
     assert compact(t) == len(cold)
     assert len(files_of(spark, t, "status = 'buried'")) == 1, "one file for the run"
     assert files_of(spark, t, "status IN ('ready', 'taken')") == hot, "hot files untouched"
     assert_df_equality(everything, before)
     assert compact(t) == 0, "nothing left to compact"
-    log = Path(t._layout.tasks("t").removeprefix("file:"), "_delta_log")
+    log = Path(t.context.layout.tasks("t").removeprefix("file:"), "_delta_log")
     newest = max(log.glob("*.json"))
     actions = [json.loads(line) for line in newest.read_text().splitlines()]
     files = [a.get("add") or a.get("remove") for a in actions if "add" in a or "remove" in a]
@@ -239,7 +241,7 @@ def test_sweeper_job_through_spark_submit_survives_sigkill(
     assert stored(spark, jobs) == {0: "buried", 1: "buried", 2: "buried", 5: "ready",
                                    6: "ready", 7: "ready", 8: "ready"}
     assert len(files_of(spark, jobs, "status = 'buried'")) == 1, "buried files compacted"
-    tables = jobs._layout
+    tables = jobs.context.layout
     assert spark.read.format("delta").load(tables.inbox("jobs")).count() == 0, "inbox purged"
     markers = spark.read.format("delta").load(tables.tasks("jobs")).where("task_id < 0")
     assert markers.count() == 1, "superseded cursor markers purged"

@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sparkqueue import Queue, Tube, storage
+from sparkqueue import Queue, Tube, store
+from sparkqueue.engine import ops
+from sparkqueue.engine.ingest import ingest
 
 from .conftest import ids
 from .test_ack_files import operations
@@ -22,7 +24,7 @@ def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,
     t.put([{"n": i} for i in range(6)])
     t.take(1)  # ingests the puts; its one task is a range of one id
     t.release(0)
-    before = t._layout.latest_version(t._layout.tasks("range"))
+    before = t.context.layout.latest_version(t.context.layout.tasks("range"))
 
     batch = t.take(3)
     assert operations(t, before) == [("UPDATE", "take")]
@@ -30,23 +32,23 @@ def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,
     assert rows == [(0, "taken", 0), (1, "taken", 1), (2, "taken", 2)]
     assert t.meta(1)["owner"] == "consumer-a" and t.meta(1)["ttr"] == 30
     feed = (spark.read.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", before + 1).load(t._layout.tasks("range"))
+            .option("startingVersion", before + 1).load(t.context.layout.tasks("range"))
             .where("_change_type = 'update_postimage'"))
     assert sorted((r["task_id"], r["status"]) for r in feed.collect()) == [
         (0, "taken"), (1, "taken"), (2, "taken")]
 
     # ready are 1, 3, 4, 5: the two lowest are not consecutive, so a MERGE takes them
     t.release(1)
-    before = t._layout.latest_version(t._layout.tasks("range"))
+    before = t.context.layout.latest_version(t.context.layout.tasks("range"))
     assert ids(t.take(2)) == [1, 3]
     assert operations(t, before) == [("MERGE", "take")]
     assert t.statistics()["calls"]["take"] == 1 + 3 + 2
 
 
-def racing(t: Tube, steal: int) -> list[list[int]]:
+def racing(t: Tube, steal: int, monkeypatch: pytest.MonkeyPatch) -> list[list[int]]:
     """Make ``t``'s next range UPDATE find that another consumer took the ``steal``
     lowest ready tasks after the choice and before its commit; what the other got."""
-    original = t._update_range
+    original = ops.update_range
     stolen: list[list[int]] = []
 
     def update_range(*args: Any, **kwargs: Any) -> int:
@@ -55,21 +57,22 @@ def racing(t: Tube, steal: int) -> list[list[int]]:
             stolen[0] = ids(t.take(steal, owner="consumer-b"))
         return original(*args, **kwargs)
 
-    t._update_range = update_range  # type: ignore[method-assign]
+    monkeypatch.setattr(ops, "update_range", update_range)
     return stolen
 
 
-def test_a_take_whose_choice_a_concurrent_take_got_first_never_leases_twice(sq: Queue) -> None:
+def test_a_take_whose_choice_a_concurrent_take_got_first_never_leases_twice(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     t = sq.create_tube("race", "fifo")
     t.put(list(range(5)))
-    stolen = racing(t, 1)
+    stolen = racing(t, 1, monkeypatch)
     got = ids(t.take(3))
     assert stolen == [[0]]
     assert got == [1, 2], "the rows still ready in the chosen range, none twice"
     assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
 
     # all of the chosen range gone: Delta commits nothing and the take chooses again
-    stolen = racing(t, 2)
+    stolen = racing(t, 2, monkeypatch)
     got = ids(t.take(2))
     assert stolen == [[3, 4]]
     assert got == [], "nothing else is ready"
@@ -80,20 +83,21 @@ def test_a_take_of_whole_files_of_ready_tasks_chooses_without_a_spark_job(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     """When file statistics show the lowest ready tasks fill whole files, the
     take's choice is their id range, read from the statistics alone."""
-    monkeypatch.setattr(storage, "FEW_FILES", 0)  # statistics even for a few files
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)  # statistics even for a few files
     t = sq.create_tube("whole", "fifottl")
     t.put([{"n": i} for i in range(6)])
-    t._ingest()
-    t._layout.file_stats(t._layout.tasks("whole"))  # read once per process, then replayed
+    ingest(t.context)
+    layout = t.context.layout
+    layout.file_stats(layout.tasks("whole"))  # read once per process, then replayed
     tracker = spark.sparkContext.statusTracker()
     jobs: list[int] = []
-    original = t._update_range
+    original = ops.update_range
 
     def update_range(*args: Any, **kwargs: Any) -> int:
         jobs.append(len(tracker.getJobIdsForGroup(None)))
         return original(*args, **kwargs)
 
-    t._update_range = update_range  # type: ignore[method-assign]
+    monkeypatch.setattr(ops, "update_range", update_range)
     before = len(tracker.getJobIdsForGroup(None))
     batch = t.take(10)
     assert jobs == [before], "chosen from file statistics"

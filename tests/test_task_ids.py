@@ -14,7 +14,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
-from sparkqueue import FakeClock, Queue, QueueError, storage
+from sparkqueue import FakeClock, Queue, QueueError, store
+from sparkqueue.engine.ingest import pending_rows
 from sparkqueue.sweep import purge
 
 from .conftest import ids
@@ -29,7 +30,7 @@ def test_ids_count_rows_put_in_file_and_commit_order(sq: Queue, spark: SparkSess
     first = t.put(payloads(spark, 0, 30, files=3))
     by_id = {r["task_id"]: r["data"]["n"] for r in first.collect()}
     assert sorted(by_id) == list(range(30)), "one id per row, none skipped"
-    placed = (spark.read.format("delta").load(t._layout.inbox("ids"))
+    placed = (spark.read.format("delta").load(t.context.layout.inbox("ids"))
               .select("data.n", "_metadata.file_name", "_metadata.row_index").collect())
     assert len({r["file_name"] for r in placed}) == 3, "the put wrote three files"
     # within a put, ids follow the files' part numbers, then the rows' places in them
@@ -46,8 +47,8 @@ def test_ids_count_on_through_purges_and_restarts(sq: Queue, spark: SparkSession
     t.put(payloads(spark, 0, 5))
     t.ack(t.take(5))
     assert purge(t) == 5, "the 5 ingested inbox rows (their file removed whole)"
-    inbox = t._layout.inbox("ids")
-    tags = [h["tag"]["sq"] for h in t._layout.history(inbox, -1)]
+    inbox = t.context.layout.inbox("ids")
+    tags = [h["tag"]["sq"] for h in t.context.layout.history(inbox, -1)]
     assert tags[-1] == "purge", "the purge's commit is tagged as sparkqueue's"
     assert ids(t.put(payloads(spark, 5, 8))) == [5, 6, 7]
 
@@ -57,9 +58,9 @@ def test_ids_count_on_through_purges_and_restarts(sq: Queue, spark: SparkSession
     assert ids(other.put(payloads(spark, 8, 9))) == [8]
     assert ids(other.take(10)) == [5, 6, 7, 8]
     # a connection that finds no ingest in the log it reads: from the newest marker
-    monkeypatch.setattr(storage, "CURSOR_LOOKBACK", 0)
+    monkeypatch.setattr(store.schema, "CURSOR_LOOKBACK", 0)
     third = sparkqueue.connect(spark, root, owner="consumer-c", clock=clock).tube("ids")
-    assert t._layout.cursor("ids") == third._layout.cursor("ids")
+    assert t.context.layout.cursor("ids") == third.context.layout.cursor("ids")
     assert third.put({"n": 9}).task_id == 9
 
 
@@ -73,7 +74,7 @@ def test_ids_without_file_statistics(sq: Queue, spark: SparkSession) -> None:
         assert ids(t.put(payloads(spark, 4, 10, files=2))) == list(range(4, 10))
     finally:
         spark.conf.unset("spark.databricks.delta.stats.collect")
-    log = Path(t._layout.inbox("ids").removeprefix("file:"), "_delta_log")
+    log = Path(t.context.layout.inbox("ids").removeprefix("file:"), "_delta_log")
     assert "numRecords" not in max(log.glob("*.json")).read_text(), "that put kept no counts"
     assert t.put({"n": 10}).task_id == 10
     assert ids(t.take(11)) == list(range(11))
@@ -85,7 +86,7 @@ def test_an_inbox_rewritten_outside_sparkqueue_is_refused(sq: Queue, spark: Spar
     t = sq.create_tube("ids", "fifo")
     t.put({"n": 0})
     t.put({"n": 1})
-    inbox = t._layout.inbox("ids")
+    inbox = t.context.layout.inbox("ids")
     spark.sql(f"OPTIMIZE delta.`{inbox}`")
     log = Path(inbox.removeprefix("file:"), "_delta_log")
     newest = max(log.glob("*.json"))
@@ -114,14 +115,14 @@ def test_an_ingest_from_a_cursor_already_ingested_from_is_skipped(sq: Queue,
     nothing (Delta's transaction id: one per tube, versioned by the cursor)."""
     t = sq.create_tube("once", "fifo")
     t.put(payloads(spark, 0, 2))
-    layout = t._layout
+    layout = t.context.layout
     start, upto = layout.cursor("once"), layout.latest_version(layout.inbox("once"))
-    late = t._pending(spark, start, upto)  # what a late consumer would ingest
+    late = pending_rows(t.context, spark, start, upto)  # what a late consumer would ingest
     assert late is not None
     assert ids(t.take(1)) == [0], "the first consumer ingested"
     tasks = layout.tasks("once")
     before = layout.latest_version(tasks)
-    layout.write_marker("once", start, storage.Cursor(upto, 2), late)
+    layout.write_marker("once", start, store.Cursor(upto, 2), late)
     assert layout.latest_version(tasks) == before, "the late ingest was skipped"
     t.put({"n": 2})
     assert ids(t.take(3)) == [1, 2], "each task once; the next ingest goes on"

@@ -76,7 +76,7 @@ def sub_queue_history(spark: SparkSession, t: Tube) -> tuple[int, dict[str, list
     Returns the most tasks of one sub-queue ever taken at once (after any
     commit), and each sub-queue's task ids in the order they were first taken.
     """
-    path = t._layout.tasks(t.name)
+    path = t.context.layout.tasks(t.name)
     changes = (spark.read.format("delta").option("readChangeFeed", "true")
                .option("startingVersion", 0).load(path)
                .where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")
@@ -201,7 +201,8 @@ def test_two_spark_applications_never_get_the_same_task(
 def put_sub_queues(tube: Tube, queues: int, each: int) -> dict[str, list[int]]:
     """``each`` tasks in each of ``queues`` sub-queues, put interleaved; ids per sub-queue."""
     rows = [{"q": f"q{q}", "i": i} for i in range(each) for q in range(queues)]
-    created = tube.put(tube._spark.createDataFrame(rows, "q string, i long"), utube=F.col("q"))
+    frame = tube.context.spark.createDataFrame(rows, "q string, i long")
+    created = tube.put(frame, utube=F.col("q"))
     by_queue: dict[str, list[int]] = {}
     for r in created.orderBy("task_id").collect():
         by_queue.setdefault(r["utube"], []).append(r["task_id"])

@@ -21,10 +21,11 @@ from sparkqueue import (
     NotSupported,
     Queue,
     TaskNotFound,
-    storage,
+    store,
 )
 from sparkqueue import tube as tube_module
-from sparkqueue.storage import head_bound, may_hold_ready, ready_head
+from sparkqueue.engine.ingest import ingest
+from sparkqueue.store import head_bound, may_hold_ready, ready_head
 from tests.conftest import contract_tube, ids
 
 
@@ -181,27 +182,28 @@ def test_a_take_reads_only_the_head_and_misses_no_lower_task(
         sq: Queue, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     """fifo takes read only the files whose statistics reach below the n lowest
     ready tasks; a released task, a passed delay and an urgent put still come first."""
-    monkeypatch.setattr(storage, "FEW_FILES", 0)  # bound even a table of a few files
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)  # bound even a table of a few files
     t = sq.create_tube("head", "fifottl")
     a = ids(t.put([{"n": i} for i in range(4)]))
     late = t.put({"n": 4}, delay=5).task_id
     assert ids(t.take(2)) == a[:2]  # ingests a and late into files that are not all ready
     b = ids(t.put([{"n": i} for i in range(4)]))
-    t._ingest()  # b: a file of ready tasks only
+    ingest(t.context)  # b: a file of ready tasks only
     c = ids(t.put([{"n": i} for i in range(4)]))
-    t._ingest()  # c: another, above b
+    ingest(t.context)  # c: another, above b
     t.release(a[0])
     clock.advance(5)
     urgent = t.urgent({"n": -1}).task_id
-    t._ingest()
-    path = t._layout.tasks("head")
-    assert head_bound(t._layout.file_stats(path), clock(), 3) is not None  # bounded: c unread
+    ingest(t.context)
+    path = t.context.layout.tasks("head")
+    bound = head_bound(t.context.layout.file_stats(path), clock(), 3)
+    assert bound is not None  # bounded: c unread
     assert ids(t.take(3)) == sorted([urgent, a[0], a[2]])
     assert ids(t.take(3)) == sorted([a[3], late, b[0]])
     assert ids(t.take(5)) == b[1:] + c[:2]
     # the statistics replayed from the commits since the first take are a fresh read's
-    replayed = t._layout.file_stats(path)
-    fresh = storage.Layout(t._layout.spark, t._layout.root).file_stats(path)
+    replayed = t.context.layout.file_stats(path)
+    fresh = store.Layout(t.context.layout.spark, t.context.layout.root).file_stats(path)
     assert len(replayed) > 2 and sorted(map(repr, replayed)) == sorted(map(repr, fresh))
 
 

@@ -12,7 +12,8 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from sparkqueue import FakeClock, InvalidOption, NotSupported, Queue, Tube, UtubeDriver, storage
+from sparkqueue import FakeClock, InvalidOption, NotSupported, Queue, Tube, UtubeDriver, store
+from sparkqueue.engine.take import take
 from tests.conftest import ids
 
 
@@ -174,7 +175,7 @@ def test_a_take_near_the_head_still_sees_a_lease_past_it(
         ttl_ut: Tube, monkeypatch: pytest.MonkeyPatch) -> None:
     """A take on a long tube reads the ready tasks near the head (file statistics
     bound them) and every taken task: a sub-queue leased past that bound is busy."""
-    monkeypatch.setattr(storage, "FEW_FILES", 0)  # bound even a table of a few files
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)  # bound even a table of a few files
     (late,) = put_in(ttl_ut, "a", pri=9)
     assert ids(ttl_ut.take()) == [late]
     first, other = ids(ttl_ut.put([{"q": "a", "i": 0}, {"q": "b", "i": 0}],
@@ -187,7 +188,7 @@ def test_a_take_chooses_from_all_when_the_head_holds_too_few_free_heads(
         ut: Tube, monkeypatch: pytest.MonkeyPatch) -> None:
     """The ready tasks near the head are all of one sub-queue: a take of two looks
     further, as Tarantool's would."""
-    monkeypatch.setattr(storage, "FEW_FILES", 0)
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)
     a = put_in(ut, "a", 3)
     assert ids(ut.take()) == a[:1]
     ut.release(a[0])  # one file of a's three tasks, all ready
@@ -252,5 +253,5 @@ def test_a_take_that_acks_a_head_takes_the_next_of_its_sub_queue(sq: Queue) -> N
     a = ids(t.put([{"n": i} for i in range(3)], utube="a"))
     head = ids(t.take(2))
     assert head == a[:1]
-    assert ids(t._take(2, 0.0, sq.owner, 1, acking=head)) == a[1:2]
-    assert ids(t._take(2, 0.0, sq.owner, 1, acking=a[1:2])) == a[2:]
+    assert ids(take(t.context, 2, 0.0, sq.owner, 1, acking=head)) == a[1:2]
+    assert ids(take(t.context, 2, 0.0, sq.owner, 1, acking=a[1:2])) == a[2:]

@@ -15,6 +15,8 @@ from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import Consumer, FakeClock, InvalidOption, NotOwner, NotSupported, Queue
+from sparkqueue.engine.ingest import live_tasks
+from sparkqueue.engine.take import take
 from tests.conftest import ids, versions
 
 HERE = Path(__file__).parent
@@ -40,7 +42,7 @@ def feeder(root: str, tube: str, source: Path, checkpoint: Path) -> subprocess.P
 
 
 def numbers_in(sq: Queue, tube: str) -> list[int]:
-    rows = sq.tube(tube)._live(0.0).select("data.n").collect()
+    rows = live_tasks(sq.tube(tube).context, 0.0).select("data.n").collect()
     return sorted(r[0] for r in rows)
 
 
@@ -120,7 +122,7 @@ def test_a_tube_without_change_feed_keeps_none_and_refuses_changes(
     assert ids(t.take(2)) == [0, 1]
     done = t.ack(0).select("task_id", "status", "data.n")
     assert_df_equality(done, spark.createDataFrame([(0, "done", 0)], done.schema))
-    properties = spark.sql(f"DESCRIBE DETAIL delta.`{t._layout.tasks('t')}`").first()
+    properties = spark.sql(f"DESCRIBE DETAIL delta.`{t.context.layout.tasks('t')}`").first()
     assert properties is not None
     assert properties["properties"].get("delta.enableChangeDataFeed") == "false"
     for tube in (t, sparkqueue.connect(spark, sq.root).tube("t")):  # kept in the registry
@@ -163,14 +165,14 @@ def test_a_consumer_acks_each_batch_in_the_next_take_s_commit(sq: Queue) -> None
     t.on_task_change(lambda df, event: events.append((event, ids(df))))
     first = ids(t.take(2))
     before = versions(t)
-    assert ids(t._take(2, 0.0, sq.owner, 1, acking=first)) == [2, 3]
+    assert ids(take(t.context, 2, 0.0, sq.owner, 1, acking=first)) == [2, 3]
     assert versions(t) == (before[0], before[1] + 1), "one commit"
     assert events[-2:] == [("ack", [0, 1]), ("take", [2, 3])]
     calls = t.statistics()["calls"]
     assert (calls["take"], calls["ack"]) == (4, 2)
     before = versions(t)
     with pytest.raises(NotOwner) as refused:
-        t._take(1, 0.0, "intruder", 1, acking=[2, 3])
+        take(t.context, 1, 0.0, "intruder", 1, acking=[2, 3])
     assert refused.value.task_ids == [2, 3]
     assert versions(t) == before, "nothing taken, nothing acked"
     assert ids(t.tasks_by_state("ready")) == [4]

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from sparkqueue import InvalidOption, validate
-from sparkqueue.tube import URGENT_PRI, _tag_values
-from sparkqueue.validate import MAX_BATCH, PRI_RANGE
+from sparkqueue.engine.ingest import tag_values
+from sparkqueue.validate import MAX_BATCH, PRI_RANGE, URGENT_PRI
 
 
 @pytest.mark.parametrize("value", [0, -5, PRI_RANGE[0], PRI_RANGE[1], np.int64(7), np.int8(-1)])
@@ -61,9 +61,9 @@ def test_task_ids_are_any_integral_sorted_and_distinct() -> None:
 
 
 def test_a_tag_no_put_may_write_any_more_still_gives_storable_values() -> None:
-    now, pri, utube, ttl, ttr, delay = _tag_values(
+    now, pri, utube, ttl, ttr, delay = tag_values(
         {"now": 5.0, "pri": 2**70, "utube": 3, "ttl": math.nan, "ttr": -1, "delay": "x"})
     assert (now, pri, utube, ttl, ttr, delay) == (5.0, PRI_RANGE[1], None, None, None, None)
-    assert _tag_values({"now": 1.0, "pri": URGENT_PRI})[1] == URGENT_PRI
-    assert _tag_values({"now": 1.0, "pri": -(2**80)})[1] == URGENT_PRI
-    assert _tag_values({"now": 1.0, "pri": 3, "ttl": math.inf})[1:4] == (3, None, math.inf)
+    assert tag_values({"now": 1.0, "pri": URGENT_PRI})[1] == URGENT_PRI
+    assert tag_values({"now": 1.0, "pri": -(2**80)})[1] == URGENT_PRI
+    assert tag_values({"now": 1.0, "pri": 3, "ttl": math.inf})[1:4] == (3, None, math.inf)

@@ -1,0 +1,16 @@
+"""The engine: how each verb becomes Delta commits, handed a :class:`TubeContext`.
+
+- :mod:`.context`: what the engine knows of one tube;
+- :mod:`.ingest`: puts as task rows, and their ingest into the tasks table;
+- :mod:`.ops`: the one commit every state change is (MERGE, range UPDATE,
+  DELETE of whole files), with its checks, diagnosis and result;
+- :mod:`.put`: put options, payload, the inbox append;
+- :mod:`.take`: the take strategies;
+- :mod:`.stats`: task and call counts.
+"""
+
+from __future__ import annotations
+
+from .context import TubeContext
+
+__all__ = ["TubeContext"]

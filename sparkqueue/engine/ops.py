@@ -1,0 +1,438 @@
+"""The commit every state change goes through: one MERGE (or range UPDATE, or DELETE of
+whole files) whose clauses carry the checks, all or nothing."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .. import store as st
+from .. import validate
+from ..errors import (
+    InvalidOption,
+    QueueError,
+)
+from ..store import CommitTag, effective_status, sql_num
+from .context import TubeContext
+from .ingest import ingest, live_tasks
+
+#: Choices of at most this many tasks are collected to the driver (one Spark job less).
+COLLECT_UPTO = 10_000
+#: A take's choice: the chosen rows, or the id range ``(lo, hi)`` whose every row
+#: is chosen (known from file statistics), or None when nothing can be chosen.
+Chosen = DataFrame | tuple[int, int] | None
+
+#: Expiries a commit writes down, by the stored status of the rows it chose: a
+#: stored ``taken`` row chosen while ready had its lease end (ttr), a stored
+#: ``delayed`` one its delay end; the sweep marks ttl-expired rows ``expired``.
+EXPIRY_COUNTS = {"ttr": "taken", "delay": "delayed", "ttl": "expired"}
+
+@dataclass(frozen=True)
+class Op:
+    """One state-changing MERGE: which rows may change, and how."""
+
+    name: str
+    guard: str | None  # SQL of the error kind for a row that must not change, or NULL
+    action: dict[str, str] | None  # UPDATE SET; None means DELETE
+    skip: str | None = None  # SQL: rows that match but are left as they are
+    # error kind for ids with no row; None: such ids are passed over (a take's
+    # choice that was deleted meanwhile), which keeps the MERGE matched-only
+    missing: str | None = "TaskNotFound"
+    # Whether the op may touch tasks still in the inbox (ready ones): only then is
+    # the inbox ingested first. Ops on taken or buried tasks never need to.
+    pending: bool = False
+    # utube takes: each row's sub-queue must have no live lease in the snapshot the
+    # MERGE commits on; the source then carries ``arg_busy`` for the guard
+    exclusive: bool = False
+    # SQL: matched rows to delete rather than update (the sweep's ttl expiry)
+    delete_when: str | None = None
+    # The guard only ever says Stale, and the action names its owner and token as
+    # ``{owner}`` and ``{token}``: a choice of consecutive ids may then run as an
+    # UPDATE of their id range that leaves stale rows as they are, instead of a
+    # MERGE that joins a source (see ``update_range``)
+    by_range: bool = False
+
+#: A DataFrame of at most this many ids is collected by ack (one Spark job; the
+#: MERGE's choice would take two), larger ones stay in Spark.
+ACK_COLLECT_UPTO = 1_000_000
+
+def collected_ids(frame: DataFrame) -> list[int] | DataFrame:
+    """The task ids of ``frame`` as a sorted list (through Arrow: columnar, no Row
+    per task); ``frame`` itself when they are too many or some are negative (the
+    MERGE then says which are missing). A NULL or non-integer id is refused."""
+    table = (frame.select(F.col("task_id").try_cast("long"), F.col("task_id").try_cast("string"))
+             .limit(ACK_COLLECT_UPTO + 1).toArrow())
+    ids = table.column(0).to_pylist()
+    if None in ids:
+        raw = table.column(1)[ids.index(None)].as_py()
+        raise InvalidOption("task ids must be non-negative integers; the DataFrame's task_id "
+                            f"column holds {'NULL' if raw is None else repr(raw)}")
+    if len(ids) > ACK_COLLECT_UPTO or any(i < 0 for i in ids):
+        return frame
+    return sorted(set(ids))
+
+
+OWNED = ("CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
+          "WHEN {eff} <> 'taken' THEN 'InvalidState' "
+          "WHEN t.owner <> s.arg_owner THEN 'NotOwner' END")
+
+
+ACK = Op("ack", OWNED, None)
+
+
+UNBURY = {"status": "'ready'", "delay_end": "0.0D"}
+
+
+DUE = "{eff} = 'expired' OR ({eff} = 'ready' AND t.status IN ('taken', 'delayed'))"
+
+
+def mutate(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
+            event: str | None = None, tag_extra: dict[str, int] | None = None,
+            owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
+            deadline: float | None = None, collect_upto: int = 0) -> DataFrame | None:
+    """Apply ``op`` to ``tasks`` (or to the rows ``chooser(now)`` picks) in one commit.
+
+    Returns the changed tasks as of the commit (immutable), or None when
+    there was nothing to change.
+    """
+    done = apply(ctx, op, tasks, extra, event, tag_extra, owner, chooser, deadline,
+                       collect_upto)
+    return None if done is None else done[0]
+
+
+def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
+           event: str | None = None, tag_extra: dict[str, int] | None = None,
+           owner: str | None = None,
+           chooser: Callable[[float], Chosen] | None = None,
+           deadline: float | None = None, collect_upto: int = 0,
+           acking: list[int] | None = None,
+           ) -> tuple[DataFrame, dict[str, int]] | None:
+    """:func:`mutate`, also returning the expiries the commit wrote down (ttl, ttr, delay).
+
+    ``acking``: ids (sorted, distinct) acked in the same commit, all or
+    nothing, as :meth:`ack` would (a consumer's previous batch): one MERGE
+    instead of two. The result then holds the ``op`` rows only.
+    """
+    who = ctx.who(owner)
+    # bad ids fail here, before any Spark job or ingest commit
+    ids = None if chooser is not None else validate.task_ids(tasks)
+    if isinstance(ids, DataFrame):  # one Spark job, before anything is written
+        ids = collected_ids(ids)
+    layout = ctx.layout
+    path = layout.tasks(ctx.name)
+
+    def attempt() -> tuple[DataFrame, dict[str, int]] | None:
+        if op.pending:
+            ingest(ctx)
+        now = ctx.now()
+        name = f"{op.name}+ack" if acking else op.name
+        tag = CommitTag.new(name, **(tag_extra or {}))
+        before = layout.latest_version(path)
+        with layout.tagged(tag) as sess:
+            keep = ["utube"] if op.exclusive else []
+            picked = pick(sess, now, ids, chooser, collect_upto, keep)
+            if picked is None and not acking:
+                return None
+            if picked is None:
+                assert acking
+                base = sess.createDataFrame([], ", ".join(
+                    ["task_id long"] + [f"{k} string" for k in keep]))
+                lo, hi, counts = acking[0], acking[-1], dict[str, int]()
+            else:
+                base, lo, hi, counts, chosen_count = picked
+                if (op.by_range and not acking and not op.exclusive and not counts
+                        and chosen_count == hi - lo + 1):
+                    version = update_range(ctx, sess, op, lo, hi, who, tag, now, before)
+                    return layout.changed_at(ctx.name, version, tag.token, lo, hi).select(
+                        *st.PUBLIC_COLUMNS), counts
+            chosen = base  # the op's own ids (without the acks riding along)
+            acks = None
+            if acking:
+                acks = st.id_frame(sess, acking)
+                lo, hi = min(lo, acking[0]), max(hi, acking[-1])
+            if op.exclusive:
+                base = with_busy(ctx, sess, base, now, acking)
+            if acks is not None:
+                base = base.withColumn("arg_ack", F.lit(False)).unionByName(
+                    acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
+            if counts:
+                sess.conf.set(st.USER_METADATA, CommitTag(
+                    tag.op, tag.token, tuple(sorted({**dict(tag.extra), **counts}.items()))
+                ).json())
+            source = base.select(
+                "task_id",
+                *[c for c in base.columns if c.startswith("arg_")],
+                F.lit(who).alias("arg_owner"),
+                F.lit(uuid.uuid4().hex).alias("arg_token"),
+                *[col.alias(f"arg_{k}") for k, col in (extra or {}).items()],
+            )
+            sqlctx = sql_context(now, owner="s.arg_owner", token="s.arg_token")
+            clauses: list[st.When] = []
+            if op.guard:
+                guard = op.guard.format(**sqlctx)
+                if acking:
+                    guard = (f"CASE WHEN s.arg_ack THEN ({OWNED.format(**sqlctx)}) "
+                             f"ELSE ({guard}) END")
+                clauses.append(st.When("update", f"({guard}) IS NOT NULL",
+                                       {"task_id": st.raise_guard(guard)}))
+            if acking:
+                clauses.append(st.When("delete", "s.arg_ack"))
+            if op.delete_when:
+                clauses.append(st.When("delete", op.delete_when.format(**sqlctx)))
+            cond = f"NOT ({op.skip.format(**sqlctx)})" if op.skip else None
+            clauses.append(st.When("delete", cond) if op.action is None
+                           else st.When("update", cond, action_set(op, tag, sqlctx)))
+            if op.missing:
+                clauses.append(st.When("insert", None,
+                                       {"task_id": st.raise_missing(op.missing)}))
+            elif acking:
+                clauses.append(st.When("insert", "s.arg_ack",
+                                       {"task_id": st.raise_missing()}))
+            on = f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}"
+            try:
+                st.merge(sess, path, source, on, clauses)
+            except Exception as e:
+                failed = st.guard_failure(e)
+                if failed is None:
+                    raise
+                # only the acks' guard fails with an error kind (the op's says Stale)
+                raise (diagnose(ctx, ACK, acks, failed, who, now) if acks is not None
+                       else diagnose(ctx, op, base, failed, who, now)) from e
+            found = layout.commit_of(path, tag.token, before)
+            if found is None and chooser is not None:
+                # Delta commits no MERGE that changed nothing: every chosen row was
+                # removed (a take passes missing ids over) since the choice: choose again
+                raise st.StaleChoice(f"{op.name} on {ctx.name!r}: its choice is gone")
+            if found is None:
+                raise QueueError(f"commit tagged {tag.token} not found in the log of {path}")
+            version = found[0]
+        changes = layout.changed_at(
+            ctx.name, version, tag.token, lo, hi, updates=op.action is not None,
+            removable=chosen if op.action is None or op.delete_when else None,
+        ).select(*st.PUBLIC_COLUMNS)
+        if acks is not None:
+            ctx.emit(layout.changed_at(ctx.name, version, tag.token, lo, hi,
+                                         updates=False, removable=acks)
+                       .select(*st.PUBLIC_COLUMNS), "ack")
+            if picked is None:
+                return None
+        return changes, counts
+
+    result = ctx.guarded(lambda: st.retrying(
+        attempt, deadline=deadline or ctx.deadline(), what=f"{op.name} on {ctx.name!r}"))
+    if result is not None:
+        ctx.emit(result[0], event or op.name)
+    return result
+
+
+def sql_context(now: float, owner: str, token: str) -> dict[str, str]:
+    """What an ``Op``'s SQL templates are formatted with: the effective status
+    of the target row ``t`` at ``now``, ``now``, and the owner and lease token."""
+    return {"eff": effective_status(now, "t."), "now": sql_num(now),
+            "owner": owner, "token": token}
+
+
+def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int, who: str,
+                  tag: CommitTag, now: float, before: int) -> int:
+    """Apply a ``by_range`` op to the ids ``lo..hi`` (all chosen) as one UPDATE;
+    the version it committed.
+
+    Where a MERGE joins the chosen ids to the table, an UPDATE only filters
+    its range. The rows it changes are those the guard passes in the
+    transaction's own snapshot, so a row is never leased twice: when a
+    concurrent take got some of them first, this take returns the others;
+    when it got them all, Delta commits nothing and the take chooses again.
+    """
+    sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
+                            token=st.sql_literal(uuid.uuid4().hex, "string"))
+    assert op.guard is not None
+    path = ctx.layout.tasks(ctx.name)
+    st.update(sess, path,
+              f"t.task_id BETWEEN {lo} AND {hi} AND ({op.guard.format(**sqlctx)}) IS NULL",
+              action_set(op, tag, sqlctx))
+    committed = ctx.layout.commit_of(path, tag.token, before)
+    if committed is None or not int(committed[1].get("numUpdatedRows", 0)):
+        # every chosen row went stale between the choice and the UPDATE's snapshot
+        # (Delta then commits nothing): choose again, as the MERGE's guard would
+        raise st.StaleChoice(f"{op.name} of {lo}..{hi} on {ctx.name!r}")
+    return committed[0]
+
+
+def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str | Column]:
+    """The SET of an updating ``op``: its action, and who changed the row, in
+    which commit, and when its state next changes by itself."""
+    assert op.action is not None
+    action: dict[str, str | Column] = {k: v.format(**sqlctx) for k, v in op.action.items()}
+    action["changed_by"] = f"'{op.name}'"
+    action["change_token"] = f"'{tag.token}'"
+    action["next_event"] = st.next_event(*(
+        str(action.get(k, f"t.{k}")) for k in ("status", "delay_end", "lease_end", "ttl_end")))
+    return action
+
+
+def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
+               acking: list[int] | None = None) -> DataFrame:
+    """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.
+
+    The read of the tasks table below is not run here: it runs inside the
+    MERGE, where Delta plans every scan of the target table on the
+    transaction's own snapshot and records it as read. So a lease another
+    consumer committed after this take chose its rows is either seen here
+    (the guard answers Stale and the take chooses again) or makes the
+    commit conflict: a sub-queue is never leased twice.
+    """
+    leased = (ctx.layout.read(ctx.layout.tasks(ctx.name), sess)
+              .where("status = 'taken'")  # prunes files by their statistics
+              .where(f"{effective_status(now)} = 'taken'"))
+    if acking:  # acked in this same commit: their leases end with it
+        leased = st.without_ids(leased, acking, sess)
+    # a flag, not the joined utube: the sub-queue of tasks put without one is NULL
+    leased = leased.select(F.col("utube").alias("busy_utube")).distinct()
+    leased = leased.withColumn("arg_busy", F.lit(True))
+    flagged = base.join(F.broadcast(leased), base["utube"].eqNullSafe(leased["busy_utube"]),
+                        "left")
+    return flagged.select("task_id", F.coalesce("arg_busy", F.lit(False)).alias("arg_busy"))
+
+
+def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
+          chooser: Callable[[float], Chosen] | None, collect_upto: int,
+          keep: list[str] | None = None,
+          ) -> tuple[DataFrame, int, int, dict[str, int], int] | None:
+    """The ids a MERGE (or range UPDATE) changes, their bounds, how many were
+    stored taken/delayed, and how many they are.
+
+    Small choices come to the driver in one job; big ones are checkpointed
+    in Spark (one job) and summarized (one more). A choice keeps the
+    columns ``keep`` beside ``task_id``.
+    """
+    keep = keep or []
+    if isinstance(ids, list):  # validated, sorted, distinct: no Spark job needed
+        if not ids:
+            return None
+        return st.id_frame(sess, ids), ids[0], ids[-1], {}, len(ids)
+    if chooser is not None:
+        chosen = chooser(now)
+        if chosen is None:  # nothing can be chosen
+            return None
+        if isinstance(chosen, tuple):  # every id of a range
+            lo, hi = chosen
+            frame = sess.range(lo, hi + 1).select(F.col("id").alias("task_id"))
+            return frame, lo, hi, {}, hi - lo + 1
+        frame = chosen.select("task_id", "status", *keep)
+    else:
+        assert ids is not None
+        frame = (ids.select(F.col("task_id").cast("long")).where("task_id IS NOT NULL")
+                 .distinct().withColumn("status", F.lit(None).cast("string")))
+    if collect_upto:
+        rows = frame.collect()
+        if not rows:
+            return None
+        rows = sorted(rows, key=lambda r: int(r["task_id"]))
+        stored = [r["status"] for r in rows]
+        counts = {k: stored.count(s) for k, s in EXPIRY_COUNTS.items()}
+        chosen = sess.createDataFrame(
+            [(int(r["task_id"]), *[r[k] for k in keep]) for r in rows],
+            frame.select("task_id", *keep).schema)
+        return (chosen, int(rows[0]["task_id"]), int(rows[-1]["task_id"]),
+                {k: v for k, v in counts.items() if v}, len(rows))
+    base = frame.localCheckpoint(eager=True)
+    stats = base.agg(
+        F.count("*"), F.min("task_id"), F.max("task_id"),
+        *[F.count(F.when(F.col("status") == s, 1)) for s in EXPIRY_COUNTS.values()],
+    ).first()
+    if stats is None or not stats[0]:
+        return None
+    counts = {k: int(v) for k, v in zip(EXPIRY_COUNTS, stats[3:], strict=True) if v}
+    return base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts, int(stats[0])
+
+
+def diagnose(ctx: TubeContext, op: Op, ids: DataFrame, failed: tuple[str, int], who: str,
+              now: float) -> QueueError:
+    """Name every id that made ``op`` fail, for an error that says what was wrong."""
+    kind = failed[0]
+    live = live_tasks(ctx, now).alias("t")
+    src = ids.select("task_id").withColumn("arg_owner", F.lit(who)).alias("s")
+    joined = src.join(live, F.col("s.task_id") == F.col("t.task_id"), "left")
+    eff = effective_status(now, "t.")
+    kind_sql = (
+        f"CASE WHEN t.task_id IS NULL THEN '{op.missing or 'TaskNotFound'}' "
+        f"ELSE ({op.guard or 'NULL'}) END"
+    ).format(eff=eff, now=sql_num(now))
+    rows = (joined.selectExpr("s.task_id AS id", f"{kind_sql} AS kind", f"{eff} AS state")
+            .where("kind IS NOT NULL").collect())
+    kinds = {str(r["kind"]) for r in rows}
+    kind = next((k for k in ("TaskNotFound", "NotOwner", "InvalidState") if k in kinds), kind)
+    ids_of = sorted(int(r["id"]) for r in rows if r["kind"] == kind) or [failed[1]]
+    states = {int(r["id"]): str(r["state"]) for r in rows}
+    return st.typed_guard_error(ctx.name, kind, ids_of, who, states)
+
+
+def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
+    """Ack ``ids`` by removing whole the data files that hold exactly them
+    (:func:`store.whole_files`): one commit that reads and writes no data,
+    where a MERGE would read, join and drop every row. The acked tasks, or
+    None when they are not such files: then the MERGE acks them or says
+    why not (so a failure here is left to it too).
+    """
+    if not ids:
+        return None
+    layout = ctx.layout
+    tag = CommitTag.new("ack")
+
+    def attempt() -> int | None:
+        now = ctx.now()
+        return layout.remove_files(layout.tasks(ctx.name),
+                                   lambda files: st.whole_files(files, ids, who, now), tag)
+
+    try:
+        version = ctx.guarded(lambda: st.retrying(
+            attempt, deadline=ctx.deadline(), what=f"ack on {ctx.name!r}"))
+    except QueueError:
+        return None
+    if version is None:
+        return None
+    acked = layout.changed_at(ctx.name, version, tag.token, ids[0], ids[-1], updates=False,
+                              removable=st.id_frame(ctx.spark, ids))
+    result = acked.select(*st.PUBLIC_COLUMNS)
+    ctx.emit(result, "ack")
+    return result
+
+
+def expire(ctx: TubeContext) -> dict[str, int]:
+    """Write down what the clock has made due, in one commit; the counts per expiry.
+
+    Rows past their ttl are deleted (``ttl``); ended leases (``ttr``) and
+    passed delays (``delay``) become ``ready``. Reads already apply these
+    at their own time, so this changes no answer: it keeps the table small
+    and its stored states current for SQL readers. Due rows are found by
+    ``next_event`` (Tarantool's next-event index), whose file statistics
+    let Delta skip every file with nothing due. A row that changed after
+    it was chosen (another sweeper, a take, an ack) fails the MERGE as
+    stale and the choice is made again, so nothing is counted twice.
+    """
+    op = Op(
+        "sweep",
+        guard=f"CASE WHEN NOT ({DUE}) THEN 'Stale' END",
+        action={"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
+                "lease_end": "0.0D", "delay_end": "0.0D"},
+        delete_when="{eff} = 'expired'",
+        missing="Stale",
+        pending=True,
+    )
+
+    def due(now: float) -> DataFrame:
+        live = live_tasks(ctx, now, pending=False).where(f"next_event <= {sql_num(now)}")
+        return (live.where("eff = 'expired' OR (eff = 'ready' AND status IN "
+                           "('taken', 'delayed'))")
+                .withColumn("status", F.when(F.col("eff") == "expired", "expired")
+                            .otherwise(F.col("status"))))
+
+    done = apply(ctx, op, None, chooser=due)
+    counts = dict.fromkeys(EXPIRY_COUNTS, 0)
+    counts.update(done[1] if done is not None else {})
+    return counts

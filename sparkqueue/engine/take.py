@@ -1,0 +1,227 @@
+"""take: the strategies that choose and lease tasks (one commit of new puts, a range
+UPDATE of consecutive ids, a MERGE of a choice)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from .. import store as st
+from ..store import CommitTag, effective_status
+from .context import TubeContext
+from .ingest import empty, live_tasks, pending_rows
+from .ops import COLLECT_UPTO, Chosen, Op, action_set, apply, pick, sql_context
+
+
+def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
+          acking: list[int] | None = None) -> DataFrame:
+    """:meth:`take`, validated; ``acking``: ids acked in the take's first commit
+    (a consumer's previous batch, see ``_apply``), so a loop pays one MERGE per batch."""
+    until = time.monotonic() + wait
+    exclusive = ctx.driver.uses_utube
+    take = Op(
+        "take",
+        guard="CASE WHEN {eff} <> 'ready' THEN 'Stale' "
+              + ("WHEN s.arg_busy THEN 'Stale' " if exclusive else "") + "END",
+        action={
+            "status": "'taken'",
+            "owner": "{owner}",
+            "lease_token": "{token}",
+            "lease_end": "least({now} + t.ttr, t.ttl_end)",
+            "taken_count": "t.taken_count + 1",
+            "delay_end": "0.0D",
+        },
+        missing=None,
+        pending=True,
+        exclusive=exclusive,
+        by_range=True,
+    )
+    while True:
+        def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
+            files = file_stats(ctx)
+            if files is not None and not any(st.may_hold_ready(f, now) for f in files):
+                return None  # nothing can be ready: no Spark job
+            if files is not None and ctx.driver.head_only and not gone:
+                head = st.ready_head(files, now, n)
+                if head is not None:  # whole files of ready tasks: no Spark job
+                    return head
+            rows, near_head = candidates(ctx, now, n, gone)
+            chosen = ctx.driver.choose(rows, n, win)
+            if near_head:  # enough free heads near the head, or choose from all
+                chosen = chosen.localCheckpoint(eager=True)
+                if chosen.count() < n:
+                    rows, _ = candidates(ctx, now, n, gone, bounded=False)
+                    chosen = ctx.driver.choose(rows, n, win)
+            return chosen
+
+        if not acking:
+            fresh = take_fresh(ctx, take, n, win, who)
+            if fresh is not None:
+                return fresh
+        done = apply(ctx,
+            take, None, owner=who, chooser=chooser,
+            deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
+            collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
+        )
+        if done is not None:
+            return done[0]
+        acking = None  # committed (alone, as nothing was ready)
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            return empty(ctx)
+        time.sleep(min(ctx.config.poll_interval, remaining))
+
+
+def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFrame | None:
+    """The take's tasks when it could choose only among puts not yet ingested:
+    they are ingested with the chosen ones already leased, in one commit.
+
+    That is when file statistics show that the tasks table holds no ready
+    task, with a driver that looks only at ready tasks and leases
+    (``head_only``, ``sub_queue_heads``): a consumer that keeps up with
+    its producers. Each new task is then written once, where an ingest
+    and a MERGE would write the leased ones twice and run two commits.
+    None when it does not apply or chose nothing (the ingest committed
+    all the same): the take then goes the usual way.
+
+    The commit has read the whole tasks table (:meth:`Layout.reading_all`),
+    so the leases it saw and the cursor it read stay true until it
+    commits, or it conflicts. A conflict also sends the take the usual
+    way (ingest, then MERGE), which other commits cannot starve as they
+    could a transaction that reads everything.
+    """
+    driver = ctx.driver
+    if not (driver.head_only or driver.sub_queue_heads):
+        return None
+    layout = ctx.layout
+    path = layout.tasks(ctx.name)
+    upto = layout.latest_version(layout.inbox(ctx.name))
+    if upto <= ctx.ingested_upto:
+        return None
+    try:
+        return ctx.guarded(lambda: ingest_taking(ctx, take, n, win, who, path, upto))
+    except Exception as e:
+        if st.is_conflict(e):
+            return None
+        raise
+
+
+def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: str,
+                   upto: int) -> DataFrame | None:
+    """:meth:`_take_fresh`'s one attempt."""
+    layout = ctx.layout
+    txn = layout.reading_all(path)
+    now = ctx.now()
+    files = layout.files_at(path, int(txn.snapshot().version()))
+    if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
+        return None
+    cursor = layout.cursor(ctx.name)
+    if cursor.version >= upto:
+        ctx.ingested_upto = upto
+        return None
+    _, next_id = layout.put_files(ctx.name, cursor, upto)
+    tag = CommitTag.new("ingest+take", upto=upto, next_id=next_id)
+    with layout.tagged(tag) as sess:
+        pending = pending_rows(ctx, sess, cursor, upto)
+        if pending is None or not layout.fits(txn, pending):
+            return None
+        pending = pending.localCheckpoint()  # read by the choice and the write
+        live = pending.withColumn("eff", F.expr(effective_status(now)))
+        held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
+                if ctx.driver.sub_queue_heads else [])
+        if held:  # the tasks table's leases keep their sub-queues busy
+            leased = (layout.read_task_files(path, held, sess).where("status = 'taken'")
+                      .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now))))
+            live = live.unionByName(leased.where("eff = 'taken'"))
+        picked = pick(sess, now, None, lambda _: ctx.driver.choose(live, n, win),
+                            n if n <= COLLECT_UPTO else 0)
+        rows, changes = pending, pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
+        if picked is not None:
+            chosen, lo, hi, counts, count = picked
+            tag = CommitTag(tag.op, tag.token, tuple(sorted(
+                {**dict(tag.extra), **counts, "take": count}.items())))
+            sess.conf.set(st.USER_METADATA, tag.json())
+            sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
+                                    token=st.sql_literal(uuid.uuid4().hex, "string"))
+            action = action_set(take, tag, sqlctx)
+            if count == hi - lo + 1:  # a run of ids: no join
+                marked = pending.withColumn("arg_take",
+                                            F.expr(f"task_id BETWEEN {lo} AND {hi}"))
+            else:
+                marked = pending.join(F.broadcast(chosen.select(
+                    "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
+
+            def with_take(frame: DataFrame, where: str, *extra: str) -> DataFrame:
+                """``frame``'s task columns, with the take's SET where ``where``."""
+                return frame.alias("t").selectExpr(*[
+                    f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}"
+                    if c in action else c for c in pending.columns], *extra)
+
+            rows = with_take(marked, "t.arg_take")
+            # The feed, in one pass over the puts: each put's insert, and a taken
+            # one's post-image. No pre-image: it would repeat the insert, a state
+            # no version held, and changes() reads inserts and post-images only.
+            changes = with_take(marked.withColumn(st.CHANGE_TYPE, F.explode(F.expr(
+                "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
+                "ELSE array('insert') END"))),
+                f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
+        version = layout.commit_ingest(txn, ctx.name, cursor, st.Cursor(upto, next_id),
+                                       rows, changes, tag)
+    ctx.ingested_upto = upto
+    if picked is None:
+        return None
+    result = layout.changed_at(ctx.name, version, tag.token, lo, hi).select(
+        *st.PUBLIC_COLUMNS)
+    ctx.emit(result, "take")
+    return result
+
+
+def file_stats(ctx: TubeContext) -> list[dict[str, Any]] | None:
+    """The tasks table's file statistics at its latest version when known without
+    a Spark job (:meth:`Layout.files_at`): what a take reads first, to find
+    nothing or its whole choice without reading the table. Ingest runs before,
+    so puts not yet ingested are in them."""
+    layout = ctx.layout
+    path = layout.tasks(ctx.name)
+    files = layout.files_at(path, layout.latest_version(path))
+    return None if files is None else list(files.values())
+
+
+def candidates(ctx: TubeContext, now: float, n: int, acking: list[int] | None = None,
+                bounded: bool = True) -> tuple[DataFrame, bool]:
+    """What a take's ``choose`` looks at, and whether it is only the rows near the head.
+
+    Every task; or, where the driver promises it looks only at the head
+    (``head_only``, ``sub_queue_heads``) and file statistics bound where
+    the ``n`` lowest ready tasks are (:func:`store.head_bound`), the
+    ready tasks at or below that bound, with every taken task for
+    ``sub_queue_heads`` drivers (unless ``bounded`` is False).
+
+    ``acking``: tasks the take's own commit acks; they are left out (a lease
+    that ended meanwhile would make one ready), and so their sub-queues
+    count as free (the ack and the take are one commit).
+    """
+    layout = ctx.layout
+    path = layout.tasks(ctx.name)
+    bound = None
+    if ctx.driver.head_only or (bounded and ctx.driver.sub_queue_heads):
+        # statistics and the read may see different versions: a bound from an older
+        # one can only make a concurrent take return fewer tasks, never skip a lower one
+        bound = st.head_bound(layout.file_stats(path), now, n)
+    ready = st.ready_when(now)
+    if ctx.driver.head_only:
+        rows = layout.read(path).where(ready if bound is None else f"({ready}) AND {bound}")
+        rows = rows.where("task_id >= 0").withColumn("eff", F.lit("ready"))
+    elif bound is not None:
+        # the taken rows tell which sub-queues are busy; past the bound only they count
+        rows = (layout.read(path).where(f"(({ready}) AND {bound}) OR status = 'taken'")
+                .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now)))
+                .where(f"eff = 'taken' OR {bound}"))
+    else:
+        rows = live_tasks(ctx, now, pending=False)
+    rows = st.without_ids(rows, acking, ctx.spark) if acking else rows
+    return rows, bound is not None and not ctx.driver.head_only

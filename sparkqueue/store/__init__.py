@@ -1,0 +1,80 @@
+"""Storage: the only code that knows Delta.
+
+- :mod:`.schema`: the tables' columns, the commit tag, shared names;
+- :mod:`.sql`: query text over the tasks table's columns;
+- :mod:`.filestats`: what per-file statistics say (pure functions);
+- :mod:`.failures`: conflicts to retry, failed guards, missing tables;
+- :mod:`.log`: the Delta log read directly (versions, tags, cursor, put files);
+- :mod:`.txn`: Delta's transaction API, the JVM accelerator;
+- :mod:`.tables`: MERGE, UPDATE and DELETE of a table;
+- :mod:`.layout`: a root's tables: paths, creation, reads, results.
+
+Its public names are re-exported here.
+"""
+
+from __future__ import annotations
+
+from .failures import (
+    StaleChoice,
+    first_line,
+    guard_failure,
+    is_conflict,
+    is_missing_table,
+    missing_table_error,
+    retrying,
+    typed_guard_error,
+)
+from .filestats import (
+    FILE_STATS,
+    STATS_COLUMNS,
+    file_entry,
+    head_bound,
+    may_hold,
+    may_hold_ready,
+    ready_head,
+    stats_of,
+    whole_files,
+)
+from .layout import Layout
+from .schema import (
+    CHANGE_TYPE,
+    FEW_FILES,
+    INF,
+    INGEST_TXN,
+    MARKER,
+    PUBLIC_COLUMNS,
+    RUNS_INLINE,
+    TASK_COLUMNS,
+    TASK_FILE_ROWS,
+    TASK_TABLE_COLUMNS,
+    USER_METADATA,
+    CommitTag,
+    Cursor,
+    PutFile,
+    inbox_schema,
+    parse_tag,
+)
+from .sql import (
+    effective_status,
+    id_frame,
+    id_runs,
+    next_event,
+    raise_guard,
+    raise_missing,
+    ready_when,
+    sql_literal,
+    sql_num,
+    without_ids,
+)
+from .tables import When, delete, merge, update, vacuum
+
+__all__ = [
+    "CHANGE_TYPE", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "MARKER", "PUBLIC_COLUMNS",
+    "RUNS_INLINE", "STATS_COLUMNS", "TASK_COLUMNS", "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS",
+    "USER_METADATA", "CommitTag", "Cursor", "Layout", "PutFile", "StaleChoice", "When", "delete",
+    "effective_status", "file_entry", "first_line", "guard_failure", "head_bound", "id_frame",
+    "id_runs", "inbox_schema", "is_conflict", "is_missing_table", "may_hold", "may_hold_ready",
+    "merge", "missing_table_error", "next_event", "parse_tag", "raise_guard", "raise_missing",
+    "ready_head", "ready_when", "retrying", "sql_literal", "sql_num", "stats_of",
+    "typed_guard_error", "update", "vacuum", "whole_files", "without_ids",
+]

@@ -1,0 +1,189 @@
+"""What Delta's per-file statistics say about a tasks table: pure functions, no Spark.
+
+A data file's statistics (row count, min and max per column, null counts)
+bound what it may hold, so a take can find its choice, or that there is
+nothing to choose, without reading data.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from .sql import id_runs
+
+#: What :func:`head_bound` reads of a data file's statistics: key -> (kind, column).
+FILE_STATS = {
+    "min_status": ("minValues", "status"),
+    "max_status": ("maxValues", "status"),
+    "status_nulls": ("nullCount", "status"),
+    "min_pri": ("minValues", "pri"),
+    "max_pri": ("maxValues", "pri"),
+    "min_order_key": ("minValues", "order_key"),
+    "max_order_key": ("maxValues", "order_key"),
+    "min_ttl_end": ("minValues", "ttl_end"),
+    # and what :func:`whole_files` reads
+    "min_task_id": ("minValues", "task_id"),
+    "max_task_id": ("maxValues", "task_id"),
+    "min_owner": ("minValues", "owner"),
+    "max_owner": ("maxValues", "owner"),
+    "owner_nulls": ("nullCount", "owner"),
+    "min_lease_end": ("minValues", "lease_end"),
+}
+
+
+#: The tasks table's columns whose per-file statistics Delta keeps: what FILE_STATS
+#: reads, and the columns operations filter on (Delta skips files by them). Not
+#: the payload, tokens, counters: collecting statistics costs every write, in
+#: proportion to the columns it covers.
+STATS_COLUMNS = sorted({col for _, col in FILE_STATS.values()}
+                       | {"next_event", "delay_end", "change_token"})
+
+
+def may_hold_ready(f: dict[str, Any], now: float) -> bool:
+    """Whether a data file's statistics (:meth:`Layout.files_at`) leave room for a
+    row that :func:`ready_when` selects at ``now``: stored ``ready``, a delay
+    that may have passed, or a lease that may have ended. Unknown statistics
+    leave room. A take on a table where no file does finds nothing without
+    reading it (a drain's last take, a consumer polling an empty tube).
+    """
+    lease = f["min_lease_end"]
+    return may_hold(f, "ready") or may_hold(f, "delayed") or (
+        may_hold(f, "taken") and (lease is None or lease <= now))
+
+
+def may_hold(f: dict[str, Any], status: str) -> bool:
+    """Whether a data file's statistics leave room for a row stored with ``status``
+    (unknown statistics do)."""
+    lo, hi = f["min_status"], f["max_status"]
+    if f["rows"] is None or lo is None or hi is None or f["status_nulls"]:
+        return True
+    return bool(f["rows"]) and lo <= status <= hi
+
+
+def head_bound(files: list[Any], now: float, n: int) -> str | None:
+    """SQL bounding ``(pri, order_key)`` to where the ``n`` lowest ready tasks must be.
+
+    ``files`` are the tasks table's file statistics (:meth:`Layout.file_stats`).
+    A file whose rows are all stored ``ready`` with no ttl passed holds
+    ``numRecords`` ready tasks, none above its ``(max pri, max order_key)``.
+    Walking such files by that upper bound until they hold ``n`` tasks gives
+    a key with at least ``n`` ready tasks at or below it: the ``n`` lowest are
+    there too, and data skipping reads only the files that reach below it.
+    None when the statistics show no such key (few files, or none all ready).
+    """
+    certain = sorted(
+        (f["max_pri"], f["max_order_key"], f["rows"]) for f in files
+        if f["rows"] and f["min_status"] == "ready" and f["max_status"] == "ready"
+        and f["status_nulls"] == 0 and f["max_pri"] is not None
+        and f["max_order_key"] is not None and f["min_ttl_end"] is not None
+        and f["min_ttl_end"] > now
+    )
+    held = 0
+    for pri, order_key, rows in certain:
+        held += rows
+        if held >= n:
+            return f"(pri < {int(pri)} OR (pri = {int(pri)} AND order_key <= {int(order_key)}))"
+    return None
+
+
+def ready_head(files: Iterable[dict[str, Any]], now: float, n: int) -> tuple[int, int] | None:
+    """The task ids ``lo..hi`` of the ``n`` lowest ``(pri, order_key, task_id)``
+    tasks ready at ``now`` when file statistics alone show them: None otherwise.
+
+    They show them when the lowest ready tasks fill whole files of every row
+    stored ``ready`` (ttl running, so ready at ``now``) at one ``pri``, whose
+    ids are each file's whole range and run on from file to file, ``n`` rows
+    in all (or fewer when no other file can hold a ready task), and every
+    other file that may hold a ready task (:func:`may_hold_ready`) comes
+    after all of them: a higher ``pri``, or the same with ``order_key`` and
+    ids above theirs. A drain's take on ingested files is so: it then needs
+    no Spark job to choose, and the ids are one range (see ``Tube._update_range``).
+    """
+    keys = ("rows", "min_task_id", "max_task_id", "min_pri", "max_pri", "min_order_key",
+            "max_order_key", "min_ttl_end")
+    ready = sorted((f for f in files if may_hold_ready(f, now)),
+                   key=lambda f: (f["min_task_id"] is None, f["min_task_id"] or 0))
+    if not ready or any(ready[0][k] is None for k in keys):
+        return None
+    pri, lo = ready[0]["min_pri"], ready[0]["min_task_id"]
+    hi, top_key, rows = lo - 1, None, 0
+    for at, f in enumerate(ready):
+        whole = (all(f[k] is not None for k in keys)
+                 and f["min_status"] == "ready" == f["max_status"] and f["status_nulls"] == 0
+                 and f["min_ttl_end"] > now and f["min_pri"] == pri == f["max_pri"]
+                 and f["min_task_id"] == hi + 1
+                 and f["max_task_id"] - f["min_task_id"] + 1 == f["rows"])
+        if not whole or rows + f["rows"] > n:
+            rest = ready[at:]
+            break
+        hi, rows = f["max_task_id"], rows + f["rows"]
+        top_key = f["max_order_key"] if top_key is None else max(top_key, f["max_order_key"])
+        if rows == n:
+            rest = ready[at + 1:]
+            break
+    else:
+        rest = []
+    if not rows or (rows < n and rest):
+        return None
+    for f in rest:  # after every chosen task
+        if f["min_pri"] is None or f["min_order_key"] is None or f["min_task_id"] is None:
+            return None
+        if not (f["min_pri"] > pri or (f["min_pri"] == pri and f["min_order_key"] >= top_key
+                                       and f["min_task_id"] > hi)):
+            return None
+    return lo, hi
+
+
+def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
+                now: float) -> list[str] | None:
+    """The data files whose rows are exactly the tasks ``ids``, all taken by
+    ``owner`` with leases live at ``now``; None when ``ids`` are not such files'
+    rows all together.
+
+    An ack of ``ids`` may then remove those files whole, reading and writing
+    no data (a take that flipped whole files, as a big take or a drain's does,
+    leaves its tasks so). ``files``: the statistics per data file
+    (:meth:`Layout.files_at`). A file qualifies when they show every row
+    stored ``taken`` by ``owner`` (minimum = maximum; Delta keeps only a
+    32-character prefix of strings, so a longer owner never matches), every
+    lease and ttl ending after ``now``, and its task ids between a minimum and
+    maximum with every id between them in ``ids``: then all its rows are in
+    ``ids``. Ids are distinct across files, so when the files' rows add up to
+    ``len(ids)``, they are ``ids`` exactly.
+    """
+    runs = id_runs(ids)
+    starts = [lo for lo, _ in runs]
+    names, covered = [], 0
+    for name, f in files.items():
+        lo, hi = f["min_task_id"], f["max_task_id"]
+        if not (f["rows"] and lo is not None and hi is not None
+                and f["min_status"] == "taken" == f["max_status"] and f["status_nulls"] == 0
+                and f["min_owner"] == owner == f["max_owner"] and f["owner_nulls"] == 0
+                and f["min_lease_end"] is not None and f["min_lease_end"] > now
+                and f["min_ttl_end"] is not None and f["min_ttl_end"] > now):
+            continue
+        at = bisect.bisect_right(starts, lo) - 1
+        if at >= 0 and hi <= runs[at][1]:
+            names.append(name)
+            covered += f["rows"]
+    return names if names and covered == len(ids) else None
+
+
+def file_entry(add: dict[str, Any]) -> dict[str, Any]:
+    """What :meth:`Layout.files_at` keeps of an ``add`` action: statistics and size."""
+    return {**stats_of(add.get("stats")), "size": add.get("size")}
+
+
+def stats_of(stats_json: str | None) -> dict[str, Any]:
+    """A file's :data:`FILE_STATS` from an ``add`` action's statistics JSON; no
+    statistics: ``rows`` None. Delta writes non-finite doubles as the strings
+    "Infinity", "-Infinity" and "NaN" (no status is spelled so)."""
+    stats = json.loads(stats_json) if stats_json else {}
+    out: dict[str, Any] = {"rows": stats.get("numRecords")}
+    for key, (kind, col) in FILE_STATS.items():
+        value = (stats.get(kind) or {}).get(col)
+        out[key] = float(value) if value in ("Infinity", "-Infinity", "NaN") else value
+    return out

@@ -1,0 +1,324 @@
+"""The Delta log, read directly: versions, commit infos and tags, the inbox cursor,
+put files and file statistics (the commit files are Delta's public protocol).
+
+Asking Delta (DESCRIBE HISTORY, a snapshot) costs one or more Spark jobs per
+call; an operation needs the latest version and the version it committed, so
+the JSON commit files are read through the Hadoop FileSystem instead.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from ..errors import QueueError, StorageError
+from . import schema
+from .filestats import file_entry, stats_of
+from .paths import Paths
+from .schema import INGESTS, Cursor, PutFile, parse_tag
+
+
+class LogReader(Paths):
+    """The log-reading part of :class:`Layout`, with the caches it keeps per table."""
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        super().__init__(spark, root)
+        self._versions: dict[str, int] = {}
+        self._cursors: dict[str, tuple[int, Cursor]] = {}  # tasks path: (version seen, cursor)
+        # inbox path: (anchor, version read up to, its put files, next id), see put_files
+        self._put_files: dict[str, tuple[Cursor, int, list[PutFile], int]] = {}
+        # tasks path: (version, {data file: its statistics}), see file_stats
+        self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
+        self._log_fs: dict[str, tuple[Any, Any]] = {}  # table path: see log_fs
+        # (table path, tag key): (version read up to, value), see last_tag_value
+        self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
+
+    def log_fs(self, path: str) -> tuple[Any, Any]:
+        """The table's ``_delta_log`` Hadoop path and file system (kept: every
+        operation reads the log, and each lookup is JVM round trips)."""
+        found = self._log_fs.get(path)
+        if found is None:
+            jvm = self.spark.sparkContext._jvm
+            assert jvm is not None
+            log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
+            found = log, log.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            self._log_fs[path] = found
+        return found
+
+    def latest_version(self, path: str) -> int:
+        """The newest committed version of the table at ``path``.
+
+        A table that is not there (its ``_delta_log`` gone: deleted outside
+        sparkqueue) is a :class:`StorageError`: every verb reads this before
+        it writes, and a Delta append to a missing table would make a new,
+        empty one in its place, losing its tasks without a word.
+        """
+        log, fs = self.log_fs(path)
+        known = self._versions.get(path)
+        if known is None:
+            known = -1
+            last = log.suffix("/_last_checkpoint")
+            if fs.exists(last):
+                known = int(json.loads(self.read_fs_text(fs, last))["version"])
+        found = known
+        while fs.exists(log.suffix(f"/{found + 1:020d}.json")):
+            found += 1
+        if found == known and not fs.exists(log):
+            self._versions.pop(path, None)
+            raise StorageError(path, "the Delta table is missing (no _delta_log): it was "
+                               "deleted or moved outside sparkqueue, which never recreates "
+                               "a tube's tables; restore it, or drop() the tube")
+        self._versions[path] = found
+        return found
+
+    def forget(self, path_prefix: str) -> None:
+        """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
+        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files,
+                      self._log_fs):
+            for key in [k for k in cache if k.startswith(path_prefix)]:
+                del cache[key]
+        for tagged in [k for k in self._tag_values if k[0].startswith(path_prefix)]:
+            del self._tag_values[tagged]
+
+    def read_fs_text(self, fs: Any, file: Any) -> str:
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        stream = fs.open(file)
+        try:
+            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def commit_text(self, log: Any, fs: Any, version: int) -> str | None:
+        """The JSON commit file of ``version`` (None: not there)."""
+        file = log.suffix(f"/{version:020d}.json")
+        return self.read_fs_text(fs, file) if fs.exists(file) else None
+
+    def read_text(self, path: str) -> str:
+        """A small text file at ``path`` (any Hadoop file system)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        file = jvm.org.apache.hadoop.fs.Path(path)
+        fs = file.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+        return self.read_fs_text(fs, file)
+
+    def commit_infos(self, path: str, after_version: int,
+                     upto: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``(version, commitInfo)`` of the commits after ``after_version``, oldest first."""
+        log, fs = self.log_fs(path)
+        last = self.latest_version(path) if upto is None else upto
+        out = []
+        for version in range(max(after_version + 1, 0), last + 1):
+            text = self.commit_text(log, fs, version)
+            if text is None:  # cleaned up by log retention
+                continue
+            for line in text.splitlines():
+                if line.startswith('{"commitInfo"'):
+                    out.append((version, json.loads(line)["commitInfo"]))
+                    break
+        return out
+
+    def commit_of(self, path: str, token: str,
+                  after_version: int) -> tuple[int, dict[str, str]] | None:
+        """The version and operation metrics of the commit tagged with ``token``, made
+        after ``after_version``; None when there is none (Delta commits no UPDATE
+        that changes nothing)."""
+        for version, info in self.commit_infos(path, after_version):
+            if token in (info.get("userMetadata") or ""):
+                return version, dict(info.get("operationMetrics") or {})
+        return None
+
+    def history(self, path: str, after_version: int) -> list[dict[str, Any]]:
+        """sparkqueue-tagged commits after ``after_version``: version, tag, operation metrics."""
+        out = []
+        for version, info in self.commit_infos(path, after_version):
+            tag = parse_tag(info.get("userMetadata"))
+            if tag is not None:
+                out.append({"version": version, "tag": tag,
+                            "metrics": dict(info.get("operationMetrics") or {})})
+        return out
+
+    def cursor(self, tube: str) -> Cursor:
+        """The last inbox version ingested into the tasks table, and the next task id.
+
+        Ingests chain (each starts from the cursor the previous one left), so
+        the newest ingest commit's tag (``upto``, ``next_id``) is the cursor:
+        read from the log, from where this process last looked or, in a new
+        process, back from the newest commit. Only when the log no longer
+        holds an ingest (log retention) is the newest marker row read, with
+        Spark. A tube whose whole log holds no ingest (a new one) is at
+        version 0 (its creation), id 0.
+        """
+        path = self.tasks(tube)
+        latest = self.latest_version(path)
+        seen, cursor = self._cursors.get(path, (-1, Cursor(0, 0)))
+        if seen < latest:
+            since = seen if seen >= 0 else max(-1, latest - schema.CURSOR_LOOKBACK)
+            found = [h["tag"] for h in self.history(path, since) if h["tag"]["sq"] in INGESTS]
+            if found and "next_id" not in found[-1]:
+                raise QueueError(f"tube {tube!r} was made by an earlier sparkqueue (task ids "
+                                 "from Delta row tracking), which this one does not read")
+            if found:
+                cursor = Cursor(int(found[-1]["upto"]), int(found[-1]["next_id"]))
+            elif since < 0 and self.commit_text(*self.log_fs(path), 0) is not None:
+                cursor = Cursor(0, 0)  # the whole log read, no ingest in it: a new tube
+            elif seen < 0:
+                row = (self.read(path).where("task_id < 0").orderBy(F.desc("inbox_version"))
+                       .select("inbox_version", "order_key").first())
+                if row is not None:
+                    cursor = Cursor(int(row[0]), int(row[1]))
+            self._cursors[path] = (latest, cursor)
+        return cursor
+
+
+    def put_files(self, tube: str, anchor: Cursor, upto: int) -> tuple[list[PutFile], int]:
+        """The data files the inbox's put commits after ``anchor`` up to ``upto``
+        added, in id order, each with its first task id; and the id after them.
+
+        Ids count the rows put: the first file of a put commit starts where
+        the previous commit's rows ended, files within a commit follow their
+        names (Spark's part numbers: the DataFrame's partition order), a row's
+        id is its file's first id plus its place in the file. All of it is in
+        the commit files (each ``add`` carries its row count, unless Delta's
+        statistics are off: then one Spark count), so ids cost no Spark job,
+        and an append needs no table feature that makes Delta read
+        state at commit (row tracking does). Remembered per inbox from the last
+        anchor: a producer whose puts nobody ingests yet reads each commit once.
+        """
+        inbox = self.inbox(tube)
+        known = self._put_files.get(inbox)
+        if known is None or known[0] != anchor:
+            known = (anchor, anchor.version, [], anchor.next_id)
+        _, done, files, next_id = known
+        if done >= upto:  # read further before: the files up to ``upto`` only
+            later = [f.first_id for f in files if f.version > upto]
+            return [f for f in files if f.version <= upto], (later[0] if later else next_id)
+        files = list(files)
+        log, fs = self.log_fs(inbox)
+        for version in range(done + 1, upto + 1):
+            text = self.commit_text(log, fs, version)
+            if text is None:
+                raise QueueError(f"commit {version} of {inbox} is gone from the Delta log "
+                                 "(log retention) before its puts were ingested")
+            actions = [json.loads(line) for line in text.splitlines()]
+            info: dict[str, Any] = next(
+                (a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            tag = parse_tag(info.get("userMetadata"))
+            if any("remove" in a for a in actions) and (tag or {}).get("sq") != "purge":
+                raise QueueError(
+                    f"commit {version} of {inbox} ({info.get('operation')}) rewrote inbox files: "
+                    "task ids are places in the files puts wrote, so the inbox must not be "
+                    "compacted or changed outside sparkqueue")
+            if tag is None or tag["sq"] != "put":
+                continue
+            adds = sorted((a["add"] for a in actions if "add" in a), key=lambda a: a["path"])
+            counts = self._row_counts(inbox, version, adds)
+            for add, rows in zip(adds, counts, strict=True):
+                files.append(PutFile(add["path"].rsplit("/", 1)[-1], version, next_id, tag["put"]))
+                next_id += rows
+        self._put_files[inbox] = (anchor, upto, files, next_id)
+        return files, next_id
+
+    def _row_counts(self, path: str, version: int, adds: list[dict[str, Any]]) -> list[int]:
+        """Rows in each added file: its statistics, or (statistics off) a count with Spark."""
+        counts = [stats_of(a.get("stats"))["rows"] for a in adds]
+        if None not in counts:
+            return [int(c) for c in counts]
+        names = [a["path"].rsplit("/", 1)[-1] for a in adds]
+        found: dict[str, int] = dict(self.read(path, version=version)
+                     .where(F.col("_metadata.file_name").isin(names))
+                     .groupBy("_metadata.file_name").count().collect())
+        return [int(found.get(n, 0)) for n in names]
+
+    def commit_files(self, path: str, version: int) -> tuple[list[str], list[str]] | None:
+        """The data files the commit at ``version`` of ``path`` added and removed, as
+        the log names them; None when its commit file is gone, or a file has
+        a deletion vector (its rows are not all the file's)."""
+        log, fs = self.log_fs(path)
+        text = self.commit_text(log, fs, version)
+        if text is None:
+            return None
+        found: tuple[list[str], list[str]] = ([], [])
+        for line in text.splitlines():
+            action = json.loads(line)
+            for kind, names in zip(("add", "remove"), found, strict=True):
+                if kind in action:
+                    if action[kind].get("deletionVector"):
+                        return None
+                    names.append(action[kind]["path"])
+        return found
+
+
+    def files_at(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
+        """Per data file of ``path`` at ``version``: its statistics (``rows`` and
+        :data:`FILE_STATS`) and ``size``; None when they are not known without
+        a Spark job.
+
+        Known from this process's last look, moved on through the commit
+        files since (each ``add`` carries its file's statistics, each
+        ``remove`` names a file gone), or from the checksum file Delta writes
+        beside the commit (it lists every file of a table of few enough
+        files): no Spark job, so a consumer does not pay the state job once
+        per batch.
+        """
+        cached = self._stats_by_file.get(path)
+        files = self._replay(path, *cached, version) if cached is not None else None
+        if files is None:
+            files = self._checksum_files(path, version)
+        if files is not None and (cached is None or version >= cached[0]):
+            self._stats_by_file[path] = (version, files)
+        return files
+
+    def _checksum_files(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
+        """:meth:`files_at` from the checksum file of ``version``, when it lists the files."""
+        log, fs = self.log_fs(path)
+        crc = log.suffix(f"/{version:020d}.crc")
+        if not fs.exists(crc):
+            return None
+        summary = json.loads(self.read_fs_text(fs, crc))
+        listed = summary.get("allFiles")
+        if listed is None or len(listed) != summary.get("numFiles"):
+            return None
+        return {a["path"]: file_entry(a) for a in listed}
+
+    def _replay(self, path: str, version: int, files: dict[str, dict[str, Any]],
+                upto: int) -> dict[str, dict[str, Any]] | None:
+        """``files`` (the statistics at ``version``) moved on to ``upto`` by the
+        commits between; None when a commit file is gone (log retention) or
+        the log is behind ``version`` (the table was made anew at this path)."""
+        if upto < version:
+            return None
+        if upto == version:
+            return files
+        files = dict(files)
+        log, fs = self.log_fs(path)
+        for v in range(version + 1, upto + 1):
+            text = self.commit_text(log, fs, v)
+            if text is None:
+                return None
+            for line in text.splitlines():
+                action = json.loads(line)
+                if "remove" in action:
+                    files.pop(action["remove"]["path"], None)
+                elif "add" in action:
+                    files[action["add"]["path"]] = file_entry(action["add"])
+        return files
+
+    def file_count(self, path: str) -> int:
+        """About how many data files the table has: the count in the newest of the
+        last few commits' checksum files (-1: none of them has one).
+
+        Delta writes ``<version>.crc`` with the table's file count beside most
+        commits; reading it costs no Spark job (Delta's own accessor,
+        ``numOfFilesIfKnown``, computes the snapshot's whole state for it).
+        """
+        log, fs = self.log_fs(path)
+        latest = self.latest_version(path)
+        for version in range(latest, max(-1, latest - 5), -1):
+            crc = log.suffix(f"/{version:020d}.crc")
+            if fs.exists(crc):
+                return int(json.loads(self.read_fs_text(fs, crc)).get("numFiles", -1))
+        return -1

@@ -1,0 +1,352 @@
+"""Delta's transaction API (DeltaLog, OptimisticTransaction): the JVM accelerator.
+
+Commits that Delta's public API cannot make: an ingest and a take in one
+append that declares it read the whole table, removals of chosen files (an
+ack of whole files, the inbox purge), a compaction of chosen files that
+changes no data, and file statistics from a snapshot's state. All of it is
+Delta's internal interface, pinned with delta-spark.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from py4j.protocol import Py4JError
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..errors import StorageError
+from . import schema
+from .filestats import FILE_STATS, stats_of
+from .log import LogReader
+from .schema import (
+    CHANGE_TYPE,
+    INGEST_TXN,
+    MARKER,
+    CommitTag,
+    Cursor,
+    parse_tag,
+)
+
+
+class Transactions(LogReader):
+    """The transaction-API part of :class:`~sparkqueue.store.layout.Layout`, and what
+    falls back to it where the log does not answer."""
+
+    @staticmethod
+    def ingest_frame(rows: DataFrame, cursor: Cursor) -> DataFrame:
+        """``rows`` (ingested tasks) laid out for the tasks table, with the marker of ``cursor``.
+
+        One writer for the tasks, ids in order: their files hold consecutive
+        ids, schema.TASK_FILE_ROWS each from the ingest's first, and the marker a
+        file of its own. A take of whole such runs then leaves files of its
+        tasks only, which its ack removes whole; two writers would each start
+        files where their input split started, and a take's rewrite of the
+        file it ends in would mix ready rows into its files.
+        """
+        sess = rows.sparkSession
+        marker = sess.createDataFrame(  # one partition, not one per core (an empty task)
+            sess.sparkContext.parallelize(
+                [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)], 1),
+            "task_id long, status string, inbox_version long, order_key long",
+        )  # not coalesce(1): a union of two single partitions is one (a shared file)
+        return rows.coalesce(1).sortWithinPartitions("task_id").unionByName(
+            marker, allowMissingColumns=True)
+
+    def reading_all(self, path: str) -> Any:
+        """A Delta transaction on the newest snapshot of ``path`` that has read all of it.
+
+        Any commit made after its snapshot then makes its own commit conflict
+        (Delta's Serializable check: files added or removed that it read), so
+        what it writes may rest on everything the snapshot held.
+        """
+        txn = self.start_transaction(path)
+        txn.readWholeTable()
+        return txn
+
+    @staticmethod
+    def fits(txn: Any, frame: DataFrame) -> bool:
+        """Whether ``frame`` has the columns of ``txn``'s table, by name and type (an
+        append in ``txn`` cannot evolve the schema as ``mergeSchema`` does)."""
+        table = T.StructType.fromJson(json.loads(txn.metadata().schema().json()))
+        return fields_of(table) == fields_of(frame.schema)
+
+    def commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
+                      rows: DataFrame, changes: DataFrame | None, tag: CommitTag) -> int:
+        """Commit in ``txn`` (see :meth:`reading_all`) the ingest of ``rows`` from
+        ``since`` to ``cursor``, some maybe already changed by the same commit
+        (then ``changes``: its change feed rows, with ``_change_type``, written
+        when the table keeps a change feed); the version committed.
+
+        It records the ingest transaction id as :meth:`write_marker` does, so
+        an ingest from the same cursor by that way is skipped or conflicts.
+        An ingest already committed from ``since`` is not looked for: the
+        caller read the cursor after ``txn``'s snapshot, and any commit since
+        makes this one conflict.
+        """
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        sess = rows.sparkSession
+        sess.conf.set("spark.sql.files.maxRecordsPerFile", str(schema.TASK_FILE_ROWS))
+        actions = jvm.java.util.ArrayList()
+        actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
+                                          "lastUpdated": int(time.time() * 1000)}}))
+        feed = txn.metadata().configuration().get("delta.enableChangeDataFeed")
+        keeps_feed = feed.isDefined() and str(feed.get()).lower() == "true"
+        frame = self.ingest_frame(rows, cursor)
+        if changes is not None and keeps_feed:
+            # one write: Delta sends the rows with a change type to the change feed's files
+            frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
+                changes, allowMissingColumns=True)
+        written = txn.writeFiles(frame._jdf).iterator()
+        while written.hasNext():
+            actions.add(written.next())
+        return self._commit_actions(txn, actions, tag, appended=True)
+
+    def rewrite_files(self, path: str, names: list[str]) -> int:
+        """Rewrite the data files ``names`` of the table at ``path`` into one, changing no data.
+
+        One commit whose adds and removes carry ``dataChange=false``, as an
+        OPTIMIZE's do: Delta checks it only against commits that removed the
+        same files (then it conflicts and the caller retries), so transactions
+        that did not read these files are not aborted by it, and the change
+        data feed has nothing for it. Delta's public API offers this only as
+        OPTIMIZE, which cannot be pointed at chosen files, so this goes through
+        its transaction API (DeltaLog, OptimisticTransaction, as OPTIMIZE does).
+        Returns the number of files removed (0 when fewer than two were found).
+        """
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        txn = self.start_transaction(path)
+        wanted = set(names)
+        old = [a for a in txn.snapshot().allFiles().collectAsList() if a.path() in wanted]
+        if len(old) < 2:
+            return 0
+        rows = (self.read(path).where(F.element_at(F.split("_metadata.file_path", "/"), -1)
+                                      .isin([a.path() for a in old]))
+                .repartition(1).sortWithinPartitions("task_id"))
+        actions = jvm.java.util.ArrayList()
+        written = txn.writeFiles(rows._jdf).iterator()
+        while written.hasNext():
+            add = json.loads(written.next().json())
+            add["add"]["dataChange"] = False
+            actions.add(self._action(add))
+        now = int(time.time() * 1000)
+        for a in old:
+            actions.add(a.removeWithTimestamp(now, False))
+        self._commit_actions(txn, actions)
+        return len(old)
+
+    def _action(self, action: dict[str, Any]) -> Any:
+        """A Delta log action (its JSON form as a dict) as Delta's own object."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
+        return parse.fromJson(json.dumps(action))
+
+    def start_transaction(self, path: str) -> Any:
+        """A Delta transaction on the newest snapshot of ``path`` (Delta's internal API)."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+            self.spark._jsparkSession, path)
+        txn = log.startTransaction()
+        if int(txn.snapshot().version()) < 0:  # its commit would create a new table
+            self.latest_version(path)  # says what is wrong
+            raise StorageError(path, "no Delta table to commit to")
+        return txn
+
+    def _commit_actions(self, txn: Any, actions: Any, tag: CommitTag | None = None,
+                        deleted_rows: int | None = None, appended: bool = False) -> int:
+        """Commit Delta ``actions`` in ``txn``; ``tag``: its userMetadata. The version
+        committed.
+
+        ``deleted_rows``: the actions only remove files, holding that many
+        rows; the commit is then a DELETE (no predicate, its row and file
+        counts in its operation metrics) rather than a manual update: Delta
+        derives a DELETE's checksum file from the previous one, where after
+        a manual update it rebuilds the table's whole state (four Spark jobs
+        here, about a second). ``appended``: the actions add files; the commit
+        is then an append (a WRITE), for the same reason.
+        """
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        ops = "org.apache.spark.sql.delta.DeltaOperations"
+        scala = jvm.scala.jdk.javaapi.CollectionConverters
+        if appended:
+            write = getattr(getattr(jvm, f"{ops}$Write$"), "MODULE$")
+            operation = write.apply(jvm.org.apache.spark.sql.SaveMode.Append,
+                                    *[getattr(write, f"apply$default${i}")() for i in range(2, 10)])
+        elif deleted_rows is None:
+            operation = getattr(getattr(jvm, f"{ops}$ManualUpdate$"), "MODULE$")
+        else:
+            operation = getattr(getattr(jvm, f"{ops}$Delete$"), "MODULE$").apply(
+                scala.asScala(jvm.java.util.ArrayList()).toSeq())
+            metrics = jvm.java.util.HashMap()
+            for name, value in (("numDeletedRows", deleted_rows),
+                                ("numRemovedFiles", len(actions))):
+                metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(
+                    self.spark.sparkContext._jsc.sc(), name)
+                metric.set(value)
+                metrics.put(name, metric)
+            immutable = getattr(getattr(jvm, "scala.collection.immutable.Map$"), "MODULE$")
+            txn.registerSQLMetrics(self.spark._jsparkSession,
+                                   getattr(immutable, "from")(scala.asScala(metrics)))
+        actions = jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq()
+        if tag is None:
+            return int(txn.commit(actions, operation))
+        sessions = SparkSession._get_j_spark_session_class(jvm)
+        with self.tagged(tag) as sess:
+            # Delta takes commitInfo.userMetadata from the thread's active session
+            sessions.setActiveSession(sess._jsparkSession)
+            try:
+                return int(txn.commit(actions, operation))
+            finally:
+                sessions.setActiveSession(self.spark._jsparkSession)
+
+    def purge_inbox(self, tube: str, cursor: Cursor) -> int:
+        """Remove the inbox files of the puts up to ``cursor`` (ingested); rows removed.
+
+        One commit of ``remove`` actions, tagged ``purge``, made through
+        Delta's transaction API (as :meth:`rewrite_files`; a DELETE cannot
+        name files): no data file is read or rewritten, so the files that
+        remain, whose rows are not ingested yet, keep every row in its place
+        (a row's place is half its task id). It reads no data, so by Delta's
+        conflict rules concurrent puts (blind appends) do not abort it.
+        """
+        txn = self.start_transaction(self.inbox(tube))
+        newer, _ = self.put_files(tube, cursor, int(txn.snapshot().version()))
+        keep = {f.name for f in newer}
+        old = [a for a in txn.snapshot().allFiles().collectAsList()
+               if a.path().rsplit("/", 1)[-1] not in keep]
+        if not old:
+            return 0
+        now = int(time.time() * 1000)
+        rows = sum(int(stats_of(a.stats())["rows"] or 0) for a in old)
+        self._commit_actions(txn, [a.removeWithTimestamp(now, True) for a in old],
+                             CommitTag.new("purge"), deleted_rows=rows)
+        return rows
+
+    def remove_files(self, path: str,
+                     choose: Callable[[dict[str, dict[str, Any]]], list[str] | None],
+                     tag: CommitTag) -> int | None:
+        """Remove whole the data files ``choose`` picks from the newest snapshot's
+        (given their statistics, :meth:`files_at`), in one commit tagged ``tag``;
+        the version committed, or None when it picked none (or the statistics
+        are not known without a Spark job).
+
+        No data file is read or written (a DELETE would read them and cannot
+        name files). ``choose`` sees the files of the very snapshot the
+        commit is checked against: a concurrent commit that changed one of
+        them removed it, and then, by Delta's conflict rules (removing a
+        file another commit removed), this one is refused as a conflict; no
+        race test shows it. The change data feed reads removed files as
+        deleted rows.
+        """
+        txn = self.start_transaction(path)
+        files = self.files_at(path, int(txn.snapshot().version()))
+        names = choose(files) if files else None
+        if not files or not names:
+            return None
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        now = int(time.time() * 1000)
+        actions = jvm.java.util.ArrayList()
+        for name in names:
+            actions.add(self._action({"remove": {
+                "path": name, "deletionTimestamp": now, "dataChange": True,
+                "extendedFileMetadata": True, "partitionValues": {},
+                "size": files[name]["size"]}}))
+        rows = sum(int(files[name]["rows"] or 0) for name in names)
+        return self._commit_actions(txn, actions, tag, deleted_rows=rows)
+
+    def txn_version(self, path: str, app_id: str) -> int:
+        """The version Delta's state records for transaction id ``app_id`` (0: none)."""
+        return max(0, int(self.start_transaction(path).txnVersion(app_id)))
+
+    def load_file_stats(self, path: str,
+                        ) -> tuple[int, dict[str, dict[str, Any]]] | None:
+        """The newest snapshot's version and its files' statistics (as
+        :meth:`files_at` gives them), from its state: a Spark job. None where
+        Delta's ``DeltaLog`` cannot be reached."""
+        jvm = self.spark.sparkContext._jvm
+        assert jvm is not None
+        try:
+            log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
+                self.spark._jsparkSession, path)
+            empty = jvm.scala.Option.empty()
+            snapshot = log.update(False, empty, empty)
+            version = int(snapshot.version())
+            stats = DataFrame(snapshot.withStats(), self.spark)
+        except Py4JError:
+            return None
+        rows = stats.select(
+            "path", "size", F.col("stats.numRecords").alias("rows"),
+            *[F.col(f"stats.{kind}.{col}").alias(key) for key, (kind, col) in FILE_STATS.items()],
+        ).collect()
+        return version, {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS},
+                                     "size": r["size"]} for r in rows}  # as file_entry
+
+    def file_stats(self, path: str) -> list[dict[str, Any]]:
+        """Per data file of the newest snapshot, what :func:`head_bound` reads.
+
+        The statistics Delta keeps per file (row count, min/max per column),
+        from :meth:`files_at`; where that does not know them, from the
+        snapshot's state through Delta's ``DeltaLog`` (as data skipping does):
+        no data file opened, one small Spark job, plus the state's own rebuild
+        when no read of this version has cached it yet; later calls replay
+        only the commits made since. ``DeltaLog`` is an internal Delta
+        interface (pinned with delta-spark); where it is missing, ``[]``:
+        takes then read every ready task. A table of at most schema.FEW_FILES files
+        gets no statistics either: reading them all costs less than choosing
+        among them.
+        """
+        files = self.files_at(path, self.latest_version(path))
+        if files is None:
+            if 0 <= self.file_count(path) <= schema.FEW_FILES:
+                return []
+            loaded = self.load_file_stats(path)
+            if loaded is not None:
+                self._stats_by_file[path] = loaded
+            files = None if loaded is None else loaded[1]
+        return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
+
+    def last_tag_value(self, path: str, key: str) -> int:
+        """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when
+        none does.
+
+        Read back from the newest commit in a new process, then on from where
+        this one last looked. Where log retention removed the commits before
+        any that holds it, Delta's own state tells (the transaction id of that
+        name, which every such commit records).
+        """
+        latest = self.latest_version(path)
+        seen, value = self._tag_values.get((path, key), (-1, None))
+        if seen >= 0:
+            found = [h["tag"][key] for h in self.history(path, seen) if key in h["tag"]]
+            value = int(found[-1]) if found else value
+        else:
+            log, fs = self.log_fs(path)
+            for version in range(latest, -1, -1):
+                text = self.commit_text(log, fs, version)
+                if text is None:
+                    value = self.txn_version(path, key)
+                    break
+                info: dict[str, Any] = next((json.loads(line)["commitInfo"]
+                                             for line in text.splitlines()
+                                             if line.startswith('{"commitInfo"')), {})
+                tag = parse_tag(info.get("userMetadata"))
+                if tag is not None and key in tag:
+                    value = int(tag[key])
+                    break
+        self._tag_values[(path, key)] = (latest, value)
+        return int(value or 0)
+
+
+def fields_of(table: T.StructType) -> list[tuple[str, str]]:
+    """A schema's columns as (name, type), nullability aside."""
+    return [(f.name, f.dataType.simpleString()) for f in table.fields]
