@@ -42,7 +42,7 @@ test-fast: setup  ## the pure-logic tests only: no JVM, seconds
 	$(PY) -m pytest -q tests/unit
 
 check: setup  ## lint and type-check
-	$(VENV)/bin/ruff check sparkqueue jobs tests
+	$(VENV)/bin/ruff check sparkqueue jobs tests notebooks
 	$(VENV)/bin/mypy
 
 sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root)

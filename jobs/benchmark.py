@@ -60,6 +60,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from importlib.metadata import version
 from typing import Any
 
@@ -209,7 +210,7 @@ def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
                 ("append", lambda plain=plain: one_each.write.format("delta").mode("append")
                  .save(plain))]
         took = {key: timed(run) for key, run in (runs if i % 2 else reversed(runs))}
-        took["take_ack"] = timed(lambda u=u: drain_all(u, 30_000))
+        took["take_ack"] = timed(partial(drain_all, u, 30_000))
         if i:  # the first round is the warm-up
             for key, value in took.items():
                 times[key].append(value)
@@ -228,7 +229,7 @@ def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
         assert first_q is not None
         w1.ack(heads.where(F.col("utube") == first_q["utube"]))
         # one sub-queue free, nine busy with each-1 tasks behind their heads
-        figures[f"utube_busy_{each}_take_w1_s"] = timed(lambda w1=w1: w1.take(10))
+        figures[f"utube_busy_{each}_take_w1_s"] = timed(partial(w1.take, 10))
         w1.release_all()
         start = time.perf_counter()
         done = 0
@@ -240,15 +241,15 @@ def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
 
         say(f"utube: 10 sub-queues of {each}, drained with window 10,000")
         w = ingested(sq, f"w10k_{each}", "utube", rows, window=10_000)
-        figures[f"utube_busy_{each}_drain_w10000_s"] = timed(lambda w=w: drain_all(w, 100_000))
+        figures[f"utube_busy_{each}_drain_w10000_s"] = timed(partial(drain_all, w, 100_000))
         f = ingested(sq, f"fifo_{each}", "fifottl", rows)
-        figures[f"fifo_{each}_drain_s"] = timed(lambda f=f: drain_all(f, 100_000))
+        figures[f"fifo_{each}_drain_s"] = timed(partial(drain_all, f, 100_000))
         c = ingested(sq, f"c10k_{each}", "utube", rows, window=10_000)
         figures[f"utube_busy_{each}_consumer_w10000_s"] = timed(
-            lambda c=c: consume_all(c, 100_000))
+            partial(consume_all, c, 100_000))
         nf = ingested(sq, f"nf10k_{each}", "utube", rows, window=10_000, change_feed=False)
         figures[f"utube_busy_{each}_consumer_w10000_no_feed_s"] = timed(
-            lambda nf=nf: consume_all(nf, 100_000))
+            partial(consume_all, nf, 100_000))
         figures[f"utube_busy_{each}_drain_ratio"] = (
             figures[f"utube_busy_{each}_drain_w10000_s"] / figures[f"fifo_{each}_drain_s"])
         figures[f"utube_busy_{each}_drain_tasks_per_s"] = (
@@ -307,8 +308,9 @@ def bench_sweep(spark: SparkSession, root: str, figures: dict[str, Any],
         tube = tasks_table(spark, sq, f"s{size}", size, due=size // 100)
         marks: list[tuple[str, float]] = []
         start = time.perf_counter()
-        counts = sq.sweep(tube.name, progress=lambda line, marks=marks: marks.append(
-            (line, time.perf_counter())))
+        def mark(line: str, marks: list[tuple[str, float]] = marks) -> None:
+            marks.append((line, time.perf_counter()))
+        counts = sq.sweep(tube.name, progress=mark)
         figures[f"sweep_{size}_s"] = time.perf_counter() - start
         figures[f"sweep_{size}_expire_s"] = next(
             t for line, t in marks if "expired" in line) - start
@@ -465,11 +467,11 @@ def main(argv: list[str] | None = None) -> int:
             # time only the take: a release after each run keeps the table the same
             take_times, no_feed_times, merge_times = [], [], []
             for i in range(args.repeat + 1):
-                t = timed(lambda n=n: tube.take(n))
+                t = timed(partial(tube.take, n))
                 tube.release_all()
-                f = timed(lambda n=n: no_feed.take(n))
+                f = timed(partial(no_feed.take, n))
                 no_feed.release_all()
-                m = timed(lambda n=n: plain_take(spark, f"{root}/plain_tasks", n))
+                m = timed(partial(plain_take, spark, f"{root}/plain_tasks", n))
                 release_all_plain(spark, f"{root}/plain_tasks")
                 if i:  # the first round is the warm-up
                     take_times.append(t)
@@ -522,7 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             scaled = tasks_table(spark, sq, f"scale{size}", size)
             times = []
             for _ in range(args.repeat + 1):  # the first run is the warm-up
-                times.append(timed(lambda s=scaled: s.take(1000)))
+                times.append(timed(partial(scaled.take, 1000)))
                 scaled.release_all()
             figures[f"take_1000_on_{size}_s"] = statistics.median(times[1:])
         figures["take_1000_scale_ratio"] = (
@@ -534,8 +536,8 @@ def main(argv: list[str] | None = None) -> int:
         shown = f"{value:.3f}" if isinstance(value, float) else str(value)
         print(f"  {key:<{width}}  {shown}")
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(figures, f, indent=2)
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=2)
     if args.write:
         write_report(args.write, figures, argv if argv is not None else sys.argv[1:])
     spark.stop()

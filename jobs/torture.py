@@ -183,7 +183,7 @@ def drain(tube: sparkqueue.Tube, logs: Path) -> int:
 def feed_counts(tube: sparkqueue.Tube) -> tuple[Counter[int], Counter[int]]:
     """How often the tasks table's change feed inserted and deleted each task id:
     what the tube itself says happened, whatever a killed process did not log."""
-    rows = (tube._spark.read.format("delta").option("readChangeFeed", "true")
+    rows = (tube.context.spark.read.format("delta").option("readChangeFeed", "true")
             .option("startingVersion", 0).load(tube.context.layout.tasks(tube.name))
             .where("task_id >= 0 AND _change_type IN ('insert', 'delete')")
             .groupBy("task_id", "_change_type").count().collect())

@@ -56,13 +56,13 @@ def _queue(args: argparse.Namespace, app: str, quiet: bool = False) -> Any:
     import sparkqueue
 
     config = load_config(args.conf) if args.conf else load_config()
-    with _quiet_jvm(quiet):
+    with _quiet_start(quiet):
         spark = sparkqueue.session(app_name=app)
     return sparkqueue.connect(spark, args.root or config.root, config=config)
 
 
 @contextmanager
-def _quiet_jvm(quiet: bool) -> Iterator[None]:
+def _quiet_start(quiet: bool) -> Iterator[None]:
     """Start the JVM with its stderr (Ivy's resolution report, Spark's start-up log)
     sent to /dev/null, so that a command's own output and one-line errors stand out."""
     from pyspark.sql import SparkSession

@@ -5,7 +5,7 @@ Delta commit at most, so a pass killed at any point leaves consistent tables
 and the next pass does what is left:
 
 1. **expire**: ttl-expired tasks deleted, ended leases and passed delays
-   made ``ready`` (``Tube._expire``; correctness never depends on it, reads
+   made ``ready`` (``engine.ops.expire``; correctness never depends on it, reads
    already apply expiry at their own time);
 2. **purge**: superseded ingest-cursor markers out of the tasks table, and
    inbox rows already ingested out of the inbox. Neither touches a file that

@@ -12,8 +12,8 @@ leases is the driver's (:mod:`sparkqueue.drivers`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, SupportsIndex, overload
 
 from pyspark.sql import Column, DataFrame, Window
 from pyspark.sql import functions as F
@@ -33,9 +33,14 @@ from .validate import URGENT_PRI
 
 __all__ = ["Tube", "Tasks", "URGENT_PRI", "Callback"]
 
-Tasks = int | list[int] | DataFrame
+#: Tasks a verb acts on: an id (any integer, numpy's too), a collection of ids, or a
+#: DataFrame with a ``task_id`` column.
+TaskId = int | SupportsIndex
+Tasks = TaskId | Collection[TaskId] | DataFrame
 Callback = Callable[[DataFrame, str], Any]
 Opt = float | int | Column | None
+#: One task's payload: a dict of fields, or a scalar (a struct with one field, ``value``).
+Payload = dict[str, Any] | str | int | float | bool | bytes | None
 
 
 class Tube:
@@ -72,6 +77,16 @@ class Tube:
         """The tasks ``op`` changed in its commit (none: an empty DataFrame)."""
         return ops.mutate(self._ctx, op, tasks, **kwargs) or ing.empty(self._ctx)
 
+    @overload
+    def put(self, data: DataFrame | list[Any] | tuple[Any, ...], *, pri: Opt = None,
+            ttl: Opt = None, ttr: Opt = None, delay: Opt = None,
+            utube: str | Column | None = None, timeout: float | None = None) -> DataFrame: ...
+
+    @overload
+    def put(self, data: Payload, *, pri: Opt = None, ttl: Opt = None, ttr: Opt = None,
+            delay: Opt = None, utube: str | Column | None = None,
+            timeout: float | None = None) -> Task: ...
+
     def put(self, data: Any, *, pri: Opt = None, ttl: Opt = None, ttr: Opt = None,
             delay: Opt = None, utube: str | Column | None = None,
             timeout: float | None = None) -> DataFrame | Task:
@@ -103,6 +118,12 @@ class Tube:
         """
         return self._put(data, event="put", opts=putting.put_options(self._ctx,
             pri=pri, ttl=ttl, ttr=ttr, delay=delay, utube=utube, timeout=timeout))
+
+    @overload
+    def urgent(self, data: DataFrame | list[Any] | tuple[Any, ...], **opts: Any) -> DataFrame: ...
+
+    @overload
+    def urgent(self, data: Payload, **opts: Any) -> Task: ...
 
     def urgent(self, data: Any, **opts: Any) -> DataFrame | Task:
         """Like :meth:`put`, ahead of every other task (the most urgent priority)."""
@@ -206,7 +227,7 @@ class Tube:
                   "lease_end": f"least(t.lease_end + {inc}, t.ttl_end + {inc})"}
         return self._change(ops.Op("touch", ops.OWNED, action), tasks, owner=owner)
 
-    def done(self, task_id: int, data: Any) -> DataFrame:
+    def done(self, task_id: TaskId, data: Any) -> DataFrame:
         """Complete a task taken by this Queue's owner but keep it, with ``data`` as payload."""
         ident = validate.one_id(task_id)
         # the tasks table's: before any ingest it has none, and no task can be taken
@@ -250,7 +271,7 @@ class Tube:
             .where("eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
         return 0 if result is None else result.count()
 
-    def dig(self, task_id: int) -> DataFrame:
+    def dig(self, task_id: TaskId) -> DataFrame:
         """Move one buried task to ``ready`` (the older API's ``dig``)."""
         ident = validate.one_id(task_id)
         op = ops.Op("dig", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
@@ -292,7 +313,7 @@ class Tube:
             return out
         return self._ctx.guarded(read)
 
-    def meta(self, task_id: int) -> dict[str, Any]:
+    def meta(self, task_id: TaskId) -> dict[str, Any]:
         """Everything known of one task: times, counters, owner, and ``now``."""
         ident = validate.one_id(task_id)
         now = self._ctx.now()

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
@@ -115,6 +115,13 @@ def versions(t: Tube) -> tuple[int, int]:
             default=-1)
         for p in (t.context.layout.inbox(t.name), t.context.layout.tasks(t.name))
     )
+
+
+def first_row(df: DataFrame) -> Row:
+    """The first row of ``df``, which must have one."""
+    row = df.first()
+    assert row is not None, "expected a row, found none"
+    return row
 
 
 def ids(df: object) -> list[int]:

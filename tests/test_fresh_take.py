@@ -27,7 +27,8 @@ def primed(sq: Queue, name: str, type_name: str, **options: Any) -> Tube:
     """A tube that has seen one put, take and ack: its tasks table knows the payload
     and holds no task (a consumer that keeps up with its producers)."""
     t = sq.create_tube(name, type_name, **options)
-    t.put({"n": -1}, **({"utube": "first"} if t.driver.uses_utube else {}))
+    sub_queue: dict[str, Any] = {"utube": "first"} if t.driver.uses_utube else {}
+    t.put({"n": -1}, **sub_queue)
     t.ack(t.take(1))
     return t
 
@@ -41,8 +42,11 @@ def test_a_take_of_new_puts_ingests_and_leases_in_one_commit(
         sq: Queue, spark: SparkSession, type_name: str) -> None:
     t = primed(sq, "fresh", type_name)
     before = tasks_version(t)
-    t.put([{"n": i} for i in range(3)], **({"utube": "q"} if type_name == "utube" else {}))
-    got = t.take(2, **({"window": 2} if type_name == "utube" else {}))
+    utube = type_name == "utube"
+    put_opts: dict[str, Any] = {"utube": "q"} if utube else {}
+    take_opts: dict[str, Any] = {"window": 2} if utube else {}
+    t.put([{"n": i} for i in range(3)], **put_opts)
+    got = t.take(2, **take_opts)
     assert operations(t, before) == [("WRITE", "ingest+take")], "one commit, no MERGE"
     expected = spark.createDataFrame([(1, "taken", "consumer-a", 1), (2, "taken", "consumer-a", 1)],
                                      "task_id long, status string, owner string, taken_count long")

@@ -3,6 +3,8 @@ the tube fully usable; values a put could once write do not break ingest."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from chispa import assert_df_equality
@@ -103,11 +105,11 @@ def test_a_bad_per_row_option_names_the_option_and_the_value(
     rows = spark.range(3).selectExpr(
         "id AS n", f"CASE WHEN id = 1 THEN CAST({value} AS STRING) ELSE '1' END AS v")
     before = versions(t)
+    per_row: dict[str, Any] = {option: F.col("v")}
     with pytest.raises(InvalidOption, match=f"a row's {option} must be .*got {shown}"):
-        t.put(rows, **{option: F.col("v")})
+        t.put(rows, **per_row)
     assert versions(t) == before
-    assert t.put(spark.range(1).selectExpr("id AS n", "'1' AS v"),
-                 **{option: F.col("v")}).count() == 1
+    assert t.put(spark.range(1).selectExpr("id AS n", "'1' AS v"), **per_row).count() == 1
 
 
 def test_infinity_means_never_and_only_a_ttl_ttr_or_timeout_may_be_it(sq: Queue,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import pytest
 from pyspark.sql import DataFrame, SparkSession
@@ -19,7 +21,7 @@ from sparkqueue import (
     TubeNotFound,
     store,
 )
-from tests.conftest import versions
+from tests.conftest import first_row, versions
 
 BAD_NAMES = ["", "x" * 33, "it's", "a;b", "a.b", "a/b", "a b", "tübe", "'; DROP", None, 7, b"ab"]
 
@@ -47,7 +49,8 @@ def test_unknown_type_lists_the_known_ones(sq: Queue) -> None:
     ("fifo", {"ttl": 5}), ("fifo", {"pri": 1}), ("fifo", {"delay": 1}),
     ("fifottl", {"capacity": 3}), ("fifottl", {"window": 2}), ("fifo", {"bogus": 1}),
 ])
-def test_options_a_driver_does_not_support(sq: Queue, kind: str, opts: dict) -> None:
+def test_options_a_driver_does_not_support(sq: Queue, kind: str, opts: dict[str, Any],
+                                           ) -> None:
     with pytest.raises(InvalidOption, match=next(iter(opts))):
         sq.create_tube("t", kind, **opts)
     assert sq.tubes() == []
@@ -64,7 +67,7 @@ def test_bad_times(sq: Queue, value: object) -> None:
         if value is None:
             continue
         with pytest.raises(InvalidOption):
-            t.put({"n": 1}, **kwargs)  # type: ignore[arg-type]
+            t.put({"n": 1}, **kwargs)  # type: ignore[call-overload]
     with pytest.raises(InvalidOption):
         t.take(timeout=-1)
     assert versions(t) == before
@@ -75,12 +78,12 @@ def test_bad_counts(sq: Queue) -> None:
     for bad in (0, -1, "3", 1.5, True):
         with pytest.raises(InvalidOption):
             t.take(bad)  # type: ignore[arg-type]
-    for bad in (-1, "2", None):
+    for bad_count in (-1, "2", None):
         with pytest.raises(InvalidOption):
-            t.kick(bad)  # type: ignore[arg-type]
-    for bad in (-1, "1", 1.0, [1, "x"]):
+            t.kick(bad_count)  # type: ignore[arg-type]
+    for bad_id in (-1, "1", 1.0, [1, "x"]):
         with pytest.raises(InvalidOption):
-            t.ack(bad)  # type: ignore[arg-type]
+            t.ack(bad_id)  # type: ignore[arg-type]
 
 
 def test_payload_schema_must_fit_the_tube(sq: Queue, spark: SparkSession) -> None:
@@ -152,7 +155,7 @@ def test_custom_driver(sq: Queue) -> None:
         sq.register_driver("bad", object)  # type: ignore[arg-type]
     t = sq.create_tube("n", "newest")
     first, second = (t.put({"n": i}).task_id for i in range(2))
-    assert t.take().first()["task_id"] == second
+    assert first_row(t.take())["task_id"] == second
     assert first < second
 
 
@@ -177,13 +180,15 @@ def test_non_owner_release_touch_bury_are_refused(sq: Queue, spark: SparkSession
     other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock)
     other.tube("own").take()
     before = versions(t)
-    for verb in (lambda: t.release(task), lambda: t.touch(task, 5), lambda: t.bury(task),
-                 lambda: t.requeue(task), lambda: t.ack(task)):
+    verbs: list[Callable[[], Any]] = [
+        lambda: t.release(task), lambda: t.touch(task, 5), lambda: t.bury(task),
+        lambda: t.requeue(task), lambda: t.ack(task)]
+    for verb in verbs:
         with pytest.raises(NotOwner) as err:
             verb()
         assert err.value.task_ids == [task]
     assert versions(t) == before
-    assert t.peek(task).first()["owner"] == "consumer-b"
+    assert first_row(t.peek(task))["owner"] == "consumer-b"
 
 
 def test_bad_ids_write_nothing_even_with_puts_waiting_to_be_ingested(sq: Queue) -> None:

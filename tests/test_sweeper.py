@@ -211,6 +211,7 @@ def _kill_after(proc: subprocess.Popen[str], marker: str) -> str:
     return "".join(seen)
 
 
+@pytest.mark.slow
 def test_sweeper_job_through_spark_submit_survives_sigkill(
         spark: SparkSession, root: str, tmp_path: Path) -> None:
     # tasks made due in real time by putting them with a clock 1,000 s in the past

@@ -7,7 +7,7 @@ its head; across sub-queues they run in parallel.
 
 Which rows a take leases is decided here from one snapshot; that a chosen
 sub-queue is still free when the take commits is re-checked by the core
-inside the take's own transaction (``Tube._mutate``), because another
+inside the take's own transaction (``engine.ops.apply``), because another
 consumer may have leased from it since.
 """
 

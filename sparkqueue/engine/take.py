@@ -112,7 +112,7 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFr
 
 def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: str,
                    upto: int) -> DataFrame | None:
-    """:meth:`_take_fresh`'s one attempt."""
+    """:func:`take_fresh`'s one attempt."""
     layout = ctx.layout
     txn = layout.reading_all(path)
     now = ctx.now()

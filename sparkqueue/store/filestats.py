@@ -100,7 +100,7 @@ def ready_head(files: Iterable[dict[str, Any]], now: float, n: int) -> tuple[int
     other file that may hold a ready task (:func:`may_hold_ready`) comes
     after all of them: a higher ``pri``, or the same with ``order_key`` and
     ids above theirs. A drain's take on ingested files is so: it then needs
-    no Spark job to choose, and the ids are one range (see ``Tube._update_range``).
+    no Spark job to choose, and the ids are one range (see ``engine.ops.update_range``).
     """
     keys = ("rows", "min_task_id", "max_task_id", "min_pri", "max_pri", "min_order_key",
             "max_order_key", "min_ttl_end")

@@ -184,6 +184,7 @@ def test_a_steady_producer_does_not_starve_a_consumer(sq: Queue) -> None:
     assert len(set(consumed)) == len(consumed)
 
 
+@pytest.mark.slow
 def test_two_spark_applications_never_get_the_same_task(
         sq: Queue, root: str, tmp_path: Path, other_app: OtherApp) -> None:
     tube = sq.create_tube("x", "fifottl")
@@ -221,6 +222,7 @@ def test_threads_never_hold_one_sub_queue_twice_and_keep_its_order(
     assert order == expected  # each sub-queue completed in order
 
 
+@pytest.mark.slow
 def test_two_spark_applications_never_hold_one_sub_queue_twice(
         sq: Queue, spark: SparkSession, root: str, tmp_path: Path, other_app: OtherApp) -> None:
     tube = sq.create_tube("v", "utubettl")

@@ -8,7 +8,7 @@ from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import InvalidState, NotOwner, Queue, Task, TaskNotFound, Tube
-from tests.conftest import ids, versions
+from tests.conftest import first_row, ids, versions
 
 
 def states(t: Tube, *task_ids: int) -> dict[int, str]:
@@ -43,7 +43,7 @@ def test_dataframe_put_keeps_every_column_as_payload(tube: Tube, spark: SparkSes
 
 def test_fifo_order_and_ids_unique_forever(tube: Tube) -> None:
     first = ids(tube.put([{"n": i} for i in range(4)]))
-    got = [tube.take().first()["data"]["n"] for _ in range(2)]
+    got = [first_row(tube.take())["data"]["n"] for _ in range(2)]
     assert got == [0, 1]
     tube.delete(first[3])
     later = tube.put({"n": 9})
@@ -114,7 +114,7 @@ def test_bury_kick_dig_delete(tube: Tube) -> None:
     assert ids(tube.take(5)) == [d]  # buried tasks are skipped
     assert tube.kick(1) == 1  # lowest id first
     assert states(tube, a, c) == {a: "ready", c: "buried"}
-    assert tube.dig(c).first()["status"] == "ready"
+    assert first_row(tube.dig(c))["status"] == "ready"
     with pytest.raises(InvalidState):
         tube.dig(c)
     assert tube.kick(100) == 0
@@ -135,7 +135,7 @@ def test_bury_of_buried_task_is_unchanged_and_counts_once(tube: Tube) -> None:
 def test_requeue_moves_task_to_the_end(tube: Tube) -> None:
     a, b, c = ids(tube.put([{"n": i} for i in range(3)]))
     tube.take(1)
-    assert tube.requeue(a).first()["status"] == "ready"
+    assert first_row(tube.requeue(a))["status"] == "ready"
     assert ids(tube.take(1)) == [b]
     assert ids(tube.take(1)) == [c]
     assert ids(tube.take(1)) == [a]

@@ -9,6 +9,7 @@ Time moves by the Queue's injected clock, never by sleeping.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
@@ -21,12 +22,13 @@ from sparkqueue import (
     NotSupported,
     Queue,
     TaskNotFound,
+    Tube,
     store,
 )
 from sparkqueue import tube as tube_module
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store import head_bound, may_hold_ready, ready_head
-from tests.conftest import contract_tube, ids
+from tests.conftest import contract_tube, first_row, ids
 
 
 @pytest.fixture(params=["fifottl", "utubettl"])
@@ -34,11 +36,11 @@ def ttl_tube(request: pytest.FixtureRequest, sq: Queue):  # type: ignore[no-unty
     return contract_tube(sq, "tt", request.param)
 
 
-def status(t, task_id: int) -> str:  # type: ignore[no-untyped-def]
-    return t.peek(task_id).first()["status"]
+def status(t: Tube, task_id: int) -> str:
+    return str(first_row(t.peek(task_id))["status"])
 
 
-def test_delayed_put_becomes_ready_when_the_delay_passes(ttl_tube, clock: FakeClock) -> None:
+def test_delayed_put_becomes_ready_when_the_delay_passes(ttl_tube: Tube, clock: FakeClock) -> None:
     task = ttl_tube.put({"n": 1}, delay=5)
     assert task.status == "delayed"
     assert ttl_tube.put({"n": 2}, delay=0).status == "ready"  # delay 0 is not delayed
@@ -49,7 +51,7 @@ def test_delayed_put_becomes_ready_when_the_delay_passes(ttl_tube, clock: FakeCl
     assert ttl_tube.statistics()["calls"]["delay"] == 1
 
 
-def test_ttl_expiry_removes_unused_tasks(ttl_tube, clock: FakeClock) -> None:
+def test_ttl_expiry_removes_unused_tasks(ttl_tube: Tube, clock: FakeClock) -> None:
     task = ttl_tube.put({"n": 1}, ttl=10)
     ttl_tube.take()
     ttl_tube.release(task.task_id)  # a release keeps the ttl (utubettl loses it: behaviour 80)
@@ -64,7 +66,7 @@ def test_ttl_expiry_removes_unused_tasks(ttl_tube, clock: FakeClock) -> None:
     assert stats["tasks"]["done"] == 1 and stats["calls"]["ttl"] == 1
 
 
-def test_ttl_counts_from_put_and_includes_the_delay(ttl_tube, clock: FakeClock) -> None:
+def test_ttl_counts_from_put_and_includes_the_delay(ttl_tube: Tube, clock: FakeClock) -> None:
     task = ttl_tube.put({"n": 1}, ttl=60, delay=80)
     clock.advance(139)
     assert status(ttl_tube, task.task_id) == "ready"
@@ -73,7 +75,7 @@ def test_ttl_counts_from_put_and_includes_the_delay(ttl_tube, clock: FakeClock) 
         ttl_tube.peek(task.task_id)
 
 
-def test_ttr_expiry_returns_a_task_to_ready(ttl_tube, clock: FakeClock) -> None:
+def test_ttr_expiry_returns_a_task_to_ready(ttl_tube: Tube, clock: FakeClock) -> None:
     task = ttl_tube.put({"n": 1}, ttr=30)
     ttl_tube.take()
     clock.advance(31)
@@ -81,11 +83,12 @@ def test_ttr_expiry_returns_a_task_to_ready(ttl_tube, clock: FakeClock) -> None:
     with pytest.raises(InvalidState):
         ttl_tube.ack(task.task_id)
     retaken = ttl_tube.take()
-    assert retaken.first()["taken_count"] == 2
+    assert first_row(retaken)["taken_count"] == 2
     assert ttl_tube.statistics()["calls"]["ttr"] == 1
 
 
-def test_ttr_defaults_to_ttl_and_a_lease_ends_at_the_earlier(ttl_tube, clock: FakeClock) -> None:
+def test_ttr_defaults_to_ttl_and_a_lease_ends_at_the_earlier(ttl_tube: Tube,
+                                                              clock: FakeClock) -> None:
     short = ttl_tube.put({"n": 1}, ttl=20, ttr=100).task_id
     ttl_tube.take()
     assert ttl_tube.meta(short)["event"] == pytest.approx(clock() + 20)
@@ -96,11 +99,11 @@ def test_ttr_defaults_to_ttl_and_a_lease_ends_at_the_earlier(ttl_tube, clock: Fa
     assert ttl_tube.meta(default)["ttr"] == 50
 
 
-def test_touch_extends_the_lease(ttl_tube, clock: FakeClock) -> None:
+def test_touch_extends_the_lease(ttl_tube: Tube, clock: FakeClock) -> None:
     task = ttl_tube.put({"n": 1}, ttl=20, ttr=10).task_id
     ttl_tube.take()
     touched = ttl_tube.touch(task, 30)
-    assert touched.first()["ttr"] == 40
+    assert first_row(touched)["ttr"] == 40
     clock.advance(15)
     assert status(ttl_tube, task) == "taken"
     assert ids(ttl_tube.ack(task)) == [task]
@@ -108,7 +111,7 @@ def test_touch_extends_the_lease(ttl_tube, clock: FakeClock) -> None:
         ttl_tube.touch(task, -1)
 
 
-def test_buried_task_keeps_its_ttl_not_its_ttr(ttl_tube, clock: FakeClock) -> None:
+def test_buried_task_keeps_its_ttl_not_its_ttr(ttl_tube: Tube, clock: FakeClock) -> None:
     task = ttl_tube.put({"n": 1}, ttl=100, ttr=2).task_id
     ttl_tube.take()
     ttl_tube.bury(task)
@@ -119,7 +122,7 @@ def test_buried_task_keeps_its_ttl_not_its_ttr(ttl_tube, clock: FakeClock) -> No
         ttl_tube.peek(task)
 
 
-def test_priority_order_and_kick_order(ttl_tube) -> None:
+def test_priority_order_and_kick_order(ttl_tube: Tube) -> None:
     five, one_a, one_b, zero = (ttl_tube.put({"p": p}, pri=p).task_id for p in (5, 1, 1, 0))
     assert [r["task_id"] for r in ttl_tube.take(4).orderBy("pri", "task_id").collect()] == [
         zero, one_a, one_b, five]
@@ -128,18 +131,20 @@ def test_priority_order_and_kick_order(ttl_tube) -> None:
     assert ids(ttl_tube.tasks_by_state("ready")) == [zero]
 
 
-def test_release_with_delay_delays_and_extends_ttl(ttl_tube, clock: FakeClock) -> None:
+def test_release_with_delay_delays_and_extends_ttl(ttl_tube: Tube, clock: FakeClock) -> None:
     task = ttl_tube.put({"n": 1}, ttl=10, ttr=20).task_id
     ttl_tube.take()
     released = ttl_tube.release(task, delay=5)
-    assert released.first()["status"] == "delayed"
-    assert released.first()["ttl"] == 15 and released.first()["ttr"] == 20
+    row = first_row(released)
+    assert row["status"] == "delayed"
+    assert row["ttl"] == 15 and row["ttr"] == 20
     assert ttl_tube.take(timeout=0).count() == 0
     clock.advance(5)
     assert ids(ttl_tube.take()) == [task]
 
 
-def test_per_row_options_from_columns(ttl_tube, spark: SparkSession, clock: FakeClock) -> None:
+def test_per_row_options_from_columns(ttl_tube: Tube, spark: SparkSession,
+                                      clock: FakeClock) -> None:
     df = spark.createDataFrame([("a", 0.0, 3), ("b", 50.0, 1)], "k string, d double, p int")
     created = ttl_tube.put(df, delay=F.col("d"), pri=F.col("p"))
     assert {r["data"]["k"]: r["status"] for r in created.collect()} == {
@@ -161,7 +166,7 @@ def test_tube_defaults(sq: Queue, clock: FakeClock, monkeypatch: pytest.MonkeyPa
     assert meta["event"] == pytest.approx(clock() + 5)
 
 
-def test_infinite_ttl_by_default(ttl_tube) -> None:
+def test_infinite_ttl_by_default(ttl_tube: Tube) -> None:
     meta = ttl_tube.meta(ttl_tube.put({"n": 1}).task_id)
     assert math.isinf(meta["ttl"]) and math.isinf(meta["ttr"])
 
@@ -228,7 +233,8 @@ def test_a_take_nothing_can_answer_runs_no_spark_job_and_misses_nothing(
 
 
 def test_may_hold_ready_reads_status_and_lease_statistics() -> None:
-    def f(lo: str, hi: str, lease: float | None = 100.0, rows: int | None = 5) -> dict:
+    def f(lo: str, hi: str, lease: float | None = 100.0, rows: int | None = 5,
+          ) -> dict[str, Any]:
         return {"rows": rows, "min_status": lo, "max_status": hi, "status_nulls": 0,
                 "min_lease_end": lease}
     assert not may_hold_ready(f("taken", "taken"), 50.0), "leases end at 100"
@@ -246,7 +252,7 @@ def test_may_hold_ready_reads_status_and_lease_statistics() -> None:
 def test_ready_head_is_whole_files_of_ready_tasks_that_come_first() -> None:
     def f(lo: int, hi: int, *, rows: int | None = None, status: tuple[str, str] = ("ready",
           "ready"), pri: tuple[int, int] = (0, 0), keys: tuple[int, int] | None = None,
-          ttl_end: float = 100.0) -> dict:
+          ttl_end: float = 100.0) -> dict[str, Any]:
         return {"rows": hi - lo + 1 if rows is None else rows, "min_task_id": lo,
                 "max_task_id": hi, "min_status": status[0], "max_status": status[1],
                 "status_nulls": 0, "min_pri": pri[0], "max_pri": pri[1],

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from sparkqueue import CapacityExceeded, FakeClock, InvalidOption, Queue
-from tests.conftest import versions
+from tests.conftest import first_row, versions
 
 
 def test_capacity_counts_every_live_state_and_frees_on_delete(sq: Queue) -> None:
@@ -62,6 +62,6 @@ def test_time_rules_are_fifottl_s(sq: Queue, clock: FakeClock) -> None:
     clock.advance(5)
     t.take()
     clock.advance(10)  # ttr ended: ready again, and it still counts against capacity
-    assert t.peek(task.task_id).first()["status"] == "ready"
+    assert first_row(t.peek(task.task_id))["status"] == "ready"
     clock.advance(100)  # ttl ended: gone, room again
     assert t.statistics()["tasks"]["total"] == 0

@@ -149,15 +149,17 @@ def test_utube_per_row_from_a_column(ut: Tube, spark: SparkSession) -> None:
 
 
 def test_fifo_only_options_are_refused_on_utube(sq: Queue) -> None:
-    for opt in ({"ttl": 5}, {"ttr": 5}, {"delay": 5}, {"pri": 1}, {"capacity": 2}):
+    options: list[dict[str, Any]] = [{"ttl": 5}, {"ttr": 5}, {"delay": 5}, {"pri": 1},
+                                      {"capacity": 2}]
+    for opt in options:
         with pytest.raises(InvalidOption):
             sq.create_tube("bad", "utube", **opt)
     t = sq.create_tube("u", "utube")
-    for opt in ({"ttl": 5}, {"ttr": 5}, {"delay": 5}, {"pri": 1}):
+    for opt in options[:4]:
         with pytest.raises(InvalidOption, match=next(iter(opt))):
             t.put({"n": 1}, utube="a", **opt)
     with pytest.raises(InvalidOption, match="utube"):
-        t.put({"n": 1}, utube=3)  # type: ignore[arg-type]
+        t.put({"n": 1}, utube=3)  # type: ignore[call-overload]
     task = t.put({"n": 1}, utube="a").task_id
     t.take()
     with pytest.raises(NotSupported):
@@ -208,7 +210,8 @@ class _StaleOnce(UtubeDriver):
 
     def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
         if type(self).stale is not None:
-            chosen, type(self).stale = type(self).stale, None
+            chosen: DataFrame = type(self).stale  # type: ignore[assignment]
+            type(self).stale = None
             return chosen
         return super().choose(live, n, window)
 

@@ -46,6 +46,7 @@ def numbers_in(sq: Queue, tube: str) -> list[int]:
     return sorted(r[0] for r in rows)
 
 
+@pytest.mark.slow
 def test_sink_puts_every_row_once_across_a_sigkill_and_a_restart(
         sq: Queue, root: str, tmp_path: Path) -> None:
     sq.create_tube("feed", "fifottl")

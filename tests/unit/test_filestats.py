@@ -1,0 +1,72 @@
+"""What per-file statistics say about a tasks table: pure logic, no JVM."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from sparkqueue.store import head_bound, may_hold, may_hold_ready, ready_head, stats_of, whole_files
+from sparkqueue.store.sql import id_runs
+
+NOW = 1000.0
+
+
+def file(lo: int, hi: int, status: str = "ready", *, pri: int = 0, top: str | None = None,
+         owner: str | None = None, lease: float | None = None, ttl_end: float = math.inf,
+         rows: int | None = None) -> dict[str, Any]:
+    """The statistics of a data file of ids ``lo..hi`` (order keys = ids), every row
+    ``status`` (up to ``top`` when given: a file of mixed states)."""
+    return {"rows": hi - lo + 1 if rows is None else rows, "min_status": status,
+            "max_status": top or status, "status_nulls": 0, "min_pri": pri, "max_pri": pri,
+            "min_order_key": lo, "max_order_key": hi, "min_ttl_end": ttl_end,
+            "min_task_id": lo, "max_task_id": hi, "min_owner": owner, "max_owner": owner,
+            "owner_nulls": 0 if owner else hi - lo + 1, "min_lease_end": lease, "size": 100}
+
+
+def test_a_file_may_hold_a_ready_task_by_its_status_range_and_leases() -> None:
+    assert may_hold_ready(file(0, 9), NOW)
+    assert may_hold_ready(file(0, 9, "delayed"), NOW)  # a delay may have passed
+    assert not may_hold_ready(file(0, 9, "buried"), NOW)
+    assert not may_hold_ready(file(0, 9, "taken", lease=NOW + 1), NOW)
+    assert may_hold_ready(file(0, 9, "taken", lease=NOW - 1), NOW)  # a lease ended
+    assert may_hold_ready(file(0, 9, "buried", top="taken", lease=NOW + 1), NOW)  # "ready" between
+    assert may_hold(file(0, 9) | {"rows": None}, "buried")  # unknown statistics leave room
+    assert not may_hold(file(0, 9) | {"rows": 0}, "ready")
+
+
+def test_head_bound_walks_whole_ready_files_until_they_hold_n() -> None:
+    files = [file(0, 9), file(10, 19), file(20, 29, "taken", lease=NOW + 5)]
+    assert head_bound(files, NOW, 5) == "(pri < 0 OR (pri = 0 AND order_key <= 9))"
+    assert head_bound(files, NOW, 15) == "(pri < 0 OR (pri = 0 AND order_key <= 19))"
+    assert head_bound(files, NOW, 25) is None  # the taken file holds no certain ready task
+    assert head_bound([file(0, 9, ttl_end=NOW - 1)], NOW, 1) is None  # its ttl has passed
+
+
+def test_ready_head_is_a_run_of_whole_ready_files_ahead_of_every_other() -> None:
+    files = [file(0, 9), file(10, 19), file(20, 29)]
+    assert ready_head(files, NOW, 20) == (0, 19)
+    assert ready_head(files, NOW, 10) == (0, 9)
+    assert ready_head(files, NOW, 15) is None  # part of a file: choose by reading
+    assert ready_head(files, NOW, 100) == (0, 29)  # fewer than n, and no other file
+    assert ready_head([file(0, 9), file(10, 19, pri=-1)], NOW, 10) is None  # more urgent after
+    assert ready_head([file(0, 9), file(12, 19)], NOW, 20) is None  # ids do not run on
+    assert ready_head([file(0, 9, "buried"), file(10, 19)], NOW, 10) == (10, 19)
+
+
+def test_whole_files_are_exactly_the_acked_ids_taken_by_the_acker() -> None:
+    taken = {"a": file(0, 9, "taken", owner="me", lease=NOW + 9),
+             "b": file(10, 19, "taken", owner="me", lease=NOW + 9)}
+    assert whole_files(taken, list(range(20)), "me", NOW) == ["a", "b"]
+    assert whole_files(taken, list(range(10)), "me", NOW) == ["a"]
+    assert whole_files(taken, list(range(5)), "me", NOW) is None  # part of a file
+    assert whole_files(taken, list(range(20)), "you", NOW) is None  # another owner's
+    assert whole_files(taken, list(range(10)), "me", NOW + 10) is None  # leases ended
+
+
+def test_id_runs_and_statistics_json() -> None:
+    assert id_runs([1, 2, 3, 7, 9, 10]) == [(1, 3), (7, 7), (9, 10)]
+    stats = stats_of(json.dumps({"numRecords": 3, "minValues": {"status": "ready",
+                                                                "ttl_end": "Infinity"}}))
+    assert (stats["rows"], stats["min_status"], stats["min_ttl_end"]) == (3, "ready", math.inf)
+    assert stats_of(None)["rows"] is None
