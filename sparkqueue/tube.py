@@ -116,8 +116,9 @@ class Tube:
         >>> tube.put(spark.createDataFrame([("a.com",)], ["url"]))   # doctest: +SKIP
         >>> tube.put({"url": "b.com"}, delay=30).task_id              # doctest: +SKIP
         """
-        return self._put(data, event="put", opts=putting.put_options(self._ctx,
-            pri=pri, ttl=ttl, ttr=ttr, delay=delay, utube=utube, timeout=timeout))
+        opts = putting.put_options(self._ctx, pri=pri, ttl=ttl, ttr=ttr, delay=delay,
+                                   utube=utube, timeout=timeout)
+        return self._put(data, event="put", opts=opts)
 
     @overload
     def urgent(self, data: DataFrame | list[Any] | tuple[Any, ...], **opts: Any) -> DataFrame: ...
@@ -264,7 +265,7 @@ class Tube:
         if count == 0:
             return 0
         op = ops.Op("kick", "CASE WHEN {eff} <> 'buried' THEN 'Stale' END", ops.UNBURY,
-                 missing=None)
+                    missing=None)
         result = ops.mutate(
             self._ctx, op, None, collect_upto=count if count <= ops.COLLECT_UPTO else 0,
             chooser=lambda now: ing.live_tasks(self._ctx, now, pending=False)
@@ -275,24 +276,24 @@ class Tube:
         """Move one buried task to ``ready`` (the older API's ``dig``)."""
         ident = validate.one_id(task_id)
         op = ops.Op("dig", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
-                 "WHEN {eff} <> 'buried' THEN 'InvalidState' END", ops.UNBURY)
+                    "WHEN {eff} <> 'buried' THEN 'InvalidState' END", ops.UNBURY)
         return self._change(op, ident)
 
     def delete(self, tasks: Tasks) -> DataFrame:
         """Remove tasks whatever their state; returns them with status ``done``."""
         op = ops.Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None,
-                 pending=True)
+                    pending=True)
         return self._change(op, tasks)
 
     def release_all(self) -> int:
         """Return every taken task, whoever holds it, to ``ready``; the count."""
         op = ops.Op("release_all", "CASE WHEN {eff} <> 'taken' THEN 'Stale' END",
-                 {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
-                  "lease_end": "0.0D"}, missing=None)
+                    {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
+                     "lease_end": "0.0D"}, missing=None)
         result = ops.mutate(self._ctx, op, None, event="release",
-                              chooser=lambda now: ing.live_tasks(self._ctx, now, pending=False)
-                              .where("status = 'taken'")  # prunes files by their statistics
-                              .where("eff = 'taken'"))
+                            chooser=lambda now: ing.live_tasks(self._ctx, now, pending=False)
+                            .where("status = 'taken'")  # prunes files by their statistics
+                            .where("eff = 'taken'"))
         return 0 if result is None else result.count()
 
     def peek(self, tasks: Tasks) -> DataFrame:
@@ -334,7 +335,7 @@ class Tube:
         s = TaskState.parse(state)
         return self._ctx.guarded(lambda: ing.view(self._ctx, self._ctx.now())
                                  .where(F.col("status") == s.value)
-                             .select(*st.PUBLIC_COLUMNS))
+                                 .select(*st.PUBLIC_COLUMNS))
 
     def statistics(self) -> dict[str, dict[str, int]]:
         """Tarantool's statistics: task counts by state and call counts.
@@ -352,7 +353,7 @@ class Tube:
             with self._ctx.layout.tagged(CommitTag.new("truncate")) as sess:
                 st.delete(sess, self._ctx.layout.tasks(self.name), "task_id >= 0")
         self._ctx.guarded(lambda: st.retrying(run, deadline=self._ctx.deadline(),
-                                          what=f"truncate of {self.name!r}"))
+                                              what=f"truncate of {self.name!r}"))
 
     def sink(self, stream_df: DataFrame, checkpoint_location: str, *,
              trigger: dict[str, Any] | None = None, **put_opts: Any) -> StreamingQuery:

@@ -129,8 +129,8 @@ def data_schema(ctx: TubeContext, path: str) -> T.StructType | None:
 
 
 def pending_rows(ctx: TubeContext, spark: SparkSession, anchor: st.Cursor, upto: int,
-             after: int | None = None, columns: list[str] | None = None,
-             ) -> DataFrame | None:
+                 after: int | None = None, columns: list[str] | None = None,
+                 ) -> DataFrame | None:
     """Inbox rows of the puts after ``anchor`` (or after version ``after``) up to
     ``upto``, as task rows (only ``columns`` of them when given: fewer to plan).
 
@@ -145,7 +145,7 @@ def pending_rows(ctx: TubeContext, spark: SparkSession, anchor: st.Cursor, upto:
     payload = payload_schema(ctx)
     assert payload is not None  # there were puts
     rows = ctx.layout.read_files(ctx.layout.inbox(ctx.name), [f.name for f in files],
-                                   st.inbox_schema(payload), spark)
+                                 st.inbox_schema(payload), spark)
     fields = FILE_TAG_FIELDS + PUT_TAG_FIELDS
     values = [(f.name, f.first_id, f.version, *tag_values(f.tag)) for f in files]
     if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job

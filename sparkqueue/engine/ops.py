@@ -78,8 +78,8 @@ def collected_ids(frame: DataFrame) -> list[int] | DataFrame:
 
 
 OWNED = ("CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
-          "WHEN {eff} <> 'taken' THEN 'InvalidState' "
-          "WHEN t.owner <> s.arg_owner THEN 'NotOwner' END")
+         "WHEN {eff} <> 'taken' THEN 'InvalidState' "
+         "WHEN t.owner <> s.arg_owner THEN 'NotOwner' END")
 
 
 ACK = Op("ack", OWNED, None)
@@ -92,26 +92,26 @@ DUE = "{eff} = 'expired' OR ({eff} = 'ready' AND t.status IN ('taken', 'delayed'
 
 
 def mutate(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
-            event: str | None = None, tag_extra: dict[str, int] | None = None,
-            owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
-            deadline: float | None = None, collect_upto: int = 0) -> DataFrame | None:
+           event: str | None = None, tag_extra: dict[str, int] | None = None,
+           owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
+           deadline: float | None = None, collect_upto: int = 0) -> DataFrame | None:
     """Apply ``op`` to ``tasks`` (or to the rows ``chooser(now)`` picks) in one commit.
 
     Returns the changed tasks as of the commit (immutable), or None when
     there was nothing to change.
     """
     done = apply(ctx, op, tasks, extra, event, tag_extra, owner, chooser, deadline,
-                       collect_upto)
+                 collect_upto)
     return None if done is None else done[0]
 
 
 def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
-           event: str | None = None, tag_extra: dict[str, int] | None = None,
-           owner: str | None = None,
-           chooser: Callable[[float], Chosen] | None = None,
-           deadline: float | None = None, collect_upto: int = 0,
-           acking: list[int] | None = None,
-           ) -> tuple[DataFrame, dict[str, int]] | None:
+          event: str | None = None, tag_extra: dict[str, int] | None = None,
+          owner: str | None = None,
+          chooser: Callable[[float], Chosen] | None = None,
+          deadline: float | None = None, collect_upto: int = 0,
+          acking: list[int] | None = None,
+          ) -> tuple[DataFrame, dict[str, int]] | None:
     """:func:`mutate`, also returning the expiries the commit wrote down (ttl, ttr, delay).
 
     ``acking``: ids (sorted, distinct) acked in the same commit, all or
@@ -146,7 +146,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
             else:
                 base, lo, hi, counts, chosen_count = picked
                 if (op.by_range and not acking and not op.exclusive and not counts
-                        and chosen_count == hi - lo + 1):
+                    and chosen_count == hi - lo + 1):
                     version = update_range(ctx, sess, op, lo, hi, who, tag, now, before)
                     return layout.changed_at(ctx.name, version, tag.token, lo, hi).select(
                         *st.PUBLIC_COLUMNS), counts
@@ -217,8 +217,8 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
         ).select(*st.PUBLIC_COLUMNS)
         if acks is not None:
             ctx.emit(layout.changed_at(ctx.name, version, tag.token, lo, hi,
-                                         updates=False, removable=acks)
-                       .select(*st.PUBLIC_COLUMNS), "ack")
+                                       updates=False, removable=acks)
+                     .select(*st.PUBLIC_COLUMNS), "ack")
             if picked is None:
                 return None
         return changes, counts
@@ -238,7 +238,7 @@ def sql_context(now: float, owner: str, token: str) -> dict[str, str]:
 
 
 def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int, who: str,
-                  tag: CommitTag, now: float, before: int) -> int:
+                 tag: CommitTag, now: float, before: int) -> int:
     """Apply a ``by_range`` op to the ids ``lo..hi`` (all chosen) as one UPDATE;
     the version it committed.
 
@@ -249,7 +249,7 @@ def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int,
     when it got them all, Delta commits nothing and the take chooses again.
     """
     sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
-                            token=st.sql_literal(uuid.uuid4().hex, "string"))
+                         token=st.sql_literal(uuid.uuid4().hex, "string"))
     assert op.guard is not None
     path = ctx.layout.tasks(ctx.name)
     st.update(sess, path,
@@ -276,7 +276,7 @@ def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str 
 
 
 def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
-               acking: list[int] | None = None) -> DataFrame:
+              acking: list[int] | None = None) -> DataFrame:
     """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.
 
     The read of the tasks table below is not run here: it runs inside the
@@ -300,9 +300,9 @@ def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
 
 
 def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
-          chooser: Callable[[float], Chosen] | None, collect_upto: int,
-          keep: list[str] | None = None,
-          ) -> tuple[DataFrame, int, int, dict[str, int], int] | None:
+         chooser: Callable[[float], Chosen] | None, collect_upto: int,
+         keep: list[str] | None = None,
+         ) -> tuple[DataFrame, int, int, dict[str, int], int] | None:
     """The ids a MERGE (or range UPDATE) changes, their bounds, how many were
     stored taken/delayed, and how many they are.
 
@@ -352,7 +352,7 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
 
 
 def diagnose(ctx: TubeContext, op: Op, ids: DataFrame, failed: tuple[str, int], who: str,
-              now: float) -> QueueError:
+             now: float) -> QueueError:
     """Name every id that made ``op`` fail, for an error that says what was wrong."""
     kind = failed[0]
     live = live_tasks(ctx, now).alias("t")

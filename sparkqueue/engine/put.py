@@ -113,7 +113,7 @@ def payload_of(ctx: TubeContext, data: Any,
 
 
 def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutOptions,
-               event: str, txn: tuple[str, int] | None = None) -> DataFrame | Task | None:
+              event: str, txn: tuple[str, int] | None = None) -> DataFrame | Task | None:
     """Append the tasks to the inbox in one commit; ``txn`` makes it idempotent.
 
     With ``txn = (app_id, version)`` Delta skips the append when a commit
@@ -161,7 +161,7 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
             return empty(ctx)
     version = found[0]
     pending = pending_rows(ctx, ctx.spark, anchor, version, after=version - 1,
-                            columns=st.PUBLIC_COLUMNS)
+                           columns=st.PUBLIC_COLUMNS)
     created = empty(ctx) if pending is None else pending
     ctx.emit(created, event)
     if single:
@@ -172,7 +172,7 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
 
 
 def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptions,
-              urgent: bool) -> tuple[DataFrame, dict[str, Any]]:
+             urgent: bool) -> tuple[DataFrame, dict[str, Any]]:
     """The inbox rows of a put, and its tag's options.
 
     Options that are one value for the whole put travel in the commit's tag,
@@ -202,7 +202,7 @@ def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptio
 
 
 def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, int] | None,
-            first: bool) -> bool:
+           first: bool) -> bool:
     """Append ``rows`` to the inbox tagged ``tag`` (idempotent with ``txn``);
     False when it conflicted with a put that records the same transaction id.
     ``first``: the tube's first put, which gives it its payload schema."""

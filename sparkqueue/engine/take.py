@@ -18,7 +18,7 @@ from .ops import COLLECT_UPTO, Chosen, Op, action_set, apply, pick, sql_context
 
 
 def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
-          acking: list[int] | None = None) -> DataFrame:
+         acking: list[int] | None = None) -> DataFrame:
     """:meth:`take`, validated; ``acking``: ids acked in the take's first commit
     (a consumer's previous batch, see ``_apply``), so a loop pays one MERGE per batch."""
     until = time.monotonic() + wait
@@ -63,10 +63,10 @@ def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
             if fresh is not None:
                 return fresh
         done = apply(ctx,
-            take, None, owner=who, chooser=chooser,
-            deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
-            collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
-        )
+                     take, None, owner=who, chooser=chooser,
+                     deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
+                     collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
+                     )
         if done is not None:
             return done[0]
         acking = None  # committed (alone, as nothing was ready)
@@ -111,7 +111,7 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFr
 
 
 def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: str,
-                   upto: int) -> DataFrame | None:
+                  upto: int) -> DataFrame | None:
     """:func:`take_fresh`'s one attempt."""
     layout = ctx.layout
     txn = layout.reading_all(path)
@@ -138,7 +138,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                       .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now))))
             live = live.unionByName(leased.where("eff = 'taken'"))
         picked = pick(sess, now, None, lambda _: ctx.driver.choose(live, n, win),
-                            n if n <= COLLECT_UPTO else 0)
+                      n if n <= COLLECT_UPTO else 0)
         rows, changes = pending, pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
         if picked is not None:
             chosen, lo, hi, counts, count = picked
@@ -146,7 +146,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                 {**dict(tag.extra), **counts, "take": count}.items())))
             sess.conf.set(st.USER_METADATA, tag.json())
             sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
-                                    token=st.sql_literal(uuid.uuid4().hex, "string"))
+                                 token=st.sql_literal(uuid.uuid4().hex, "string"))
             action = action_set(take, tag, sqlctx)
             if count == hi - lo + 1:  # a run of ids: no join
                 marked = pending.withColumn("arg_take",
@@ -168,7 +168,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             changes = with_take(marked.withColumn(st.CHANGE_TYPE, F.explode(F.expr(
                 "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
                 "ELSE array('insert') END"))),
-                f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
+                                f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
         version = layout.commit_ingest(txn, ctx.name, cursor, st.Cursor(upto, next_id),
                                        rows, changes, tag)
     ctx.ingested_upto = upto
@@ -192,7 +192,7 @@ def file_stats(ctx: TubeContext) -> list[dict[str, Any]] | None:
 
 
 def candidates(ctx: TubeContext, now: float, n: int, acking: list[int] | None = None,
-                bounded: bool = True) -> tuple[DataFrame, bool]:
+               bounded: bool = True) -> tuple[DataFrame, bool]:
     """What a take's ``choose`` looks at, and whether it is only the rows near the head.
 
     Every task; or, where the driver promises it looks only at the head

@@ -229,8 +229,8 @@ class LogReader(Paths):
             return [int(c) for c in counts]
         names = [a["path"].rsplit("/", 1)[-1] for a in adds]
         found: dict[str, int] = dict(self.read(path, version=version)
-                     .where(F.col("_metadata.file_name").isin(names))
-                     .groupBy("_metadata.file_name").count().collect())
+                                     .where(F.col("_metadata.file_name").isin(names))
+                                     .groupBy("_metadata.file_name").count().collect())
         return [int(found.get(n, 0)) for n in names]
 
     def commit_files(self, path: str, version: int) -> tuple[list[str], list[str]] | None:
