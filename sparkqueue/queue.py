@@ -92,6 +92,11 @@ class Queue:
         return f"Queue(root={self.root!r}, owner={self.owner!r})"
 
     @property
+    def layout(self) -> st.Layout:
+        """The root's tables (the store): for sparkqueue's own jobs, such as the sweeper."""
+        return self._layout
+
+    @property
     def owner(self) -> str:
         """This Queue's consumer identity, stamped on leases."""
         return self._owner

@@ -131,7 +131,7 @@ def _due(last: float | None, interval: float, now: float) -> bool:
 
 def last_maintenance(queue: Queue) -> dict[str, tuple[float | None, float | None]]:
     """When compaction and vacuum last ran, per tube, from the snapshots."""
-    layout = queue._layout
+    layout = queue.layout
     if not layout.exists(layout.stats):
         return {}
     rows = (layout.read(layout.stats).groupBy("tube").agg(
@@ -263,7 +263,7 @@ def vacuum(tube: Tube, retention_hours: float) -> int:
 
 def history(queue: Queue, name: str | None) -> DataFrame:
     """The snapshots, oldest first (empty, with the schema, before any sweep)."""
-    layout = queue._layout
+    layout = queue.layout
     if not layout.exists(layout.stats):
         return queue.spark.createDataFrame([], STATS_SCHEMA)
     frame = layout.read(layout.stats)

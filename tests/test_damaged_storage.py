@@ -86,10 +86,10 @@ def test_a_dropped_tube_says_not_found_and_names_those_that_exist(sq: Queue) -> 
 def test_a_missing_registry_is_an_error_while_tubes_exist(sq: Queue, spark: SparkSession,
                                                          root: str) -> None:
     with_tasks(sq)
-    shutil.rmtree(local(sq._layout.registry))
+    shutil.rmtree(local(sq.layout.registry))
     with pytest.raises(StorageError, match=r"registry of tubes is missing.*\(t\)"):
         sparkqueue.connect(spark, root)
-    assert not local(sq._layout.registry).exists()
+    assert not local(sq.layout.registry).exists()
 
 
 def test_a_root_that_cannot_be_written_is_an_error_naming_it(spark: SparkSession,
