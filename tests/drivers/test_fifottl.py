@@ -25,7 +25,7 @@ from sparkqueue import (
     Tube,
     store,
 )
-from sparkqueue import tube as tube_module
+from sparkqueue.engine import ingest as ingest_module
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store import head_bound, may_hold_ready, ready_head
 from tests.conftest import contract_tube, first_row, ids
@@ -158,7 +158,7 @@ def test_per_row_options_from_columns(ttl_tube: Tube, spark: SparkSession,
 
 def test_tube_defaults(sq: Queue, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
     # the puts' tag values through the join (what an ingest of many puts uses)
-    monkeypatch.setattr(tube_module, "TAGS_INLINE", 0)
+    monkeypatch.setattr(ingest_module, "TAGS_INLINE", 0)
     t = sq.create_tube("defaults", "fifottl", ttl=100, ttr=10, pri=3, delay=5)
     task = t.put({"n": 1})
     meta = t.meta(task.task_id)
