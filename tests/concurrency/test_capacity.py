@@ -52,7 +52,7 @@ def test_two_applications_putting_at_once_never_overshoot_the_capacity(
         name = f"cap{round_}"
         t = sq.create_tube(name, "limfifottl", capacity=1000)
         t.put([{"n": i} for i in range(900)])
-        at = time.time() + 3.0  # both wait for the same moment
+        at = time.time() + 1.5  # both wait for the same moment
         putter.stdin.write(f"{root} {name} 100 {at}\n")
         putter.stdin.flush()
         threading.Event().wait(max(0.0, at - time.time()))
