@@ -279,6 +279,8 @@ class Tube:
                     "WHEN {eff} <> 'buried' THEN 'InvalidState' END", ops.UNBURY)
         return self._change(op, ident)
 
+    unbury = dig
+
     def delete(self, tasks: Tasks) -> DataFrame:
         """Remove tasks whatever their state; returns them with status ``done``."""
         op = ops.Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None,

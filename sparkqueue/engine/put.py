@@ -148,6 +148,8 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
             tag = CommitTag.new("put", put=put, **{CAPACITY_TXN: claim})
             appended = append(ctx, rows, tag, (CAPACITY_TXN, claim), tube_schema is None)
         else:
+            if capacity:  # a sink's micro-batch: its own transaction id, counted unserialized
+                wait_for_room(ctx, capacity, adding, until)
             tag = CommitTag.new("put", put=put)
             appended = append(ctx, rows, tag, txn, tube_schema is None)
         # read at the put's own version: the sweeper purges ingested inbox rows later

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from sparkqueue import InvalidOption, validate
+from sparkqueue import InvalidOption, Tube, validate
 from sparkqueue.engine.ingest import tag_values
 from sparkqueue.validate import MAX_BATCH, PRI_RANGE, URGENT_PRI
 
@@ -67,3 +67,7 @@ def test_a_tag_no_put_may_write_any_more_still_gives_storable_values() -> None:
     assert tag_values({"now": 1.0, "pri": URGENT_PRI})[1] == URGENT_PRI
     assert tag_values({"now": 1.0, "pri": -(2**80)})[1] == URGENT_PRI
     assert tag_values({"now": 1.0, "pri": 3, "ttl": math.inf})[1:4] == (3, None, math.inf)
+
+
+def test_unbury_is_dig() -> None:
+    assert Tube.unbury is Tube.dig
