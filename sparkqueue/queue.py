@@ -37,7 +37,7 @@ __all__ = ["Queue", "connect"]
 
 def connect(spark: SparkSession | None = None, root: str | None = None, *,
             owner: str | None = None, clock: Clock | None = None,
-            config: Config | None = None) -> Queue:
+            config: Config | None = None, engine: str | None = None) -> Queue:
     """Open the queue at ``root`` (default from conf/) and return a :class:`Queue`.
 
     Parameters
@@ -54,6 +54,12 @@ def connect(spark: SparkSession | None = None, root: str | None = None, *,
         delay and lease; ``time.time`` by default.
     config
         Settings (see conf/sparkqueue.toml); :func:`sparkqueue.load_config` by default.
+    engine
+        ``"accelerated"`` (Delta's transaction API and Hadoop's FileSystem in
+        the driver's JVM: fewer Spark jobs per call) or ``"portable"`` (only
+        Spark's and Delta's SQL and readers: what a Spark Connect client has).
+        ``None`` chooses: accelerated on a classic session with Delta's
+        classes, portable otherwise. :attr:`Queue.engine` says which runs.
 
     Examples
     --------
@@ -67,14 +73,14 @@ def connect(spark: SparkSession | None = None, root: str | None = None, *,
     if clock is not None and not callable(clock):
         raise InvalidOption(f"clock must be a zero-argument callable, got {clock!r}")
     return Queue(spark or session(), root or config.root, owner=owner or uuid.uuid4().hex,
-                 clock=clock or system_clock, config=config)
+                 clock=clock or system_clock, config=config, engine=engine)
 
 
 class Queue:
     """The tubes of one root. Create with :func:`connect`."""
 
     def __init__(self, spark: SparkSession, root: str, *, owner: str, clock: Clock,
-                 config: Config) -> None:
+                 config: Config, engine: str | None = None) -> None:
         if not isinstance(root, str) or not root:
             raise InvalidOption(f"root must be a non-empty path or URI, got {root!r}")
         self.spark = spark
@@ -82,7 +88,7 @@ class Queue:
         self._owner = owner
         self.clock = clock
         self.config = config
-        self._layout = st.Layout(spark, root)
+        self._layout = st.Layout(spark, root, engine)
         self._drivers: dict[str, type[Driver]] = dict(BUILTIN_DRIVERS)
         self._callbacks: dict[str, Callback] = {}
         self._temporary: list[str] = []
@@ -95,6 +101,12 @@ class Queue:
     def layout(self) -> st.Layout:
         """The root's tables (the store): for sparkqueue's own jobs, such as the sweeper."""
         return self._layout
+
+    @property
+    def engine(self) -> str:
+        """Which engine runs this Queue's calls: ``accelerated`` or ``portable``
+        (see :func:`connect`)."""
+        return self._layout.engine
 
     @property
     def owner(self) -> str:
@@ -204,9 +216,8 @@ class Queue:
                 row = sess.createDataFrame(
                     [(name, type_name, json.dumps(options), float(time.time()))],
                     "name string, type string, options string, created double")
-                result = st.merge(sess, self._layout.registry, row, "t.name = s.name",
-                                  [st.When("insert_all")])
-                first = result.first()
+                first = st.merge(sess, self._layout.registry, row, "t.name = s.name",
+                                 [st.When("insert_all")])
                 return bool(first is not None and int(first["num_inserted_rows"]) > 0)
         return st.retrying(attempt, deadline=time.monotonic() + self.config.conflict_timeout,
                            what=f"registering tube {name!r}")
@@ -312,7 +323,8 @@ class Queue:
 
         def remove() -> None:
             with self._layout.tagged(CommitTag.new("drop")) as sess:
-                st.delete(sess, self._layout.registry, F.col("name") == F.lit(tube.name))
+                st.delete(sess, self._layout.registry,
+                          f"name = {st.sql_literal(tube.name, 'string')}")
         st.retrying(remove, deadline=time.monotonic() + self.config.conflict_timeout,
                     what=f"dropping tube {tube.name!r}")
         self._callbacks.pop(tube.name, None)

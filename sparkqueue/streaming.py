@@ -18,7 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
 from .engine import put as putting
-from .errors import InvalidOption
+from .errors import InvalidOption, StorageError
 
 if TYPE_CHECKING:
     from .tube import Tube
@@ -46,7 +46,10 @@ def sink(tube: Tube, stream_df: DataFrame, checkpoint_location: str,
 
     def put_batch(batch: DataFrame, batch_id: int) -> None:
         if not query_id:  # written by Spark when the query first started
-            text = tube.context.layout.read_text(f"{checkpoint_location.rstrip('/')}/metadata")
+            metadata = f"{checkpoint_location.rstrip('/')}/metadata"
+            text = tube.context.layout.read_text(metadata)
+            if text is None:
+                raise StorageError(metadata, "the streaming query's checkpoint has no metadata")
             query_id.append(json.loads(text)["id"])
         ctx = tube.context
         ctx.guarded(lambda: putting.write_put(ctx, batch, False, False, opts, "put",

@@ -181,8 +181,12 @@ def _purge_markers(tube: Tube) -> int:
 
 
 def _purge_inbox(tube: Tube) -> int:
+    """Without the accelerator, none: a DELETE would rewrite files that hold rows not
+    yet ingested, whose ids are their places in those files."""
     layout = tube.context.layout
-    return layout.purge_inbox(tube.name, layout.cursor(tube.name))
+    if layout.accelerator is None:
+        return 0
+    return layout.accelerator.purge_inbox(tube.name, layout.cursor(tube.name))
 
 
 # -- compaction and vacuum -------------------------------------------------------------
@@ -203,6 +207,9 @@ def compact(tube: Tube) -> int:
     """
     layout = tube.context.layout
     path = layout.tasks(tube.name)
+    accelerator = layout.accelerator
+    if accelerator is None:  # no commit of chosen files without Delta's transaction API
+        return 0
 
     def attempt() -> int:
         files = (layout.read(path).where("task_id >= 0")
@@ -213,7 +220,7 @@ def compact(tube: Tube) -> int:
                       F.min(F.when(F.col("status").isin("ready", "taken"), F.col("task_id")))
                       .alias("live"))
                  .collect())
-        return sum(layout.rewrite_files(path, group)
+        return sum(accelerator.rewrite_files(path, group)
                    for group in cold_groups(files, tube.context.now()))
 
     return tube.context.guarded(lambda: st.retrying(

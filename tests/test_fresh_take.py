@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube, store
 from sparkqueue.engine.ingest import ingest, pending_rows
+from sparkqueue.store.txn import Accelerator
 
 from .conftest import ids
 from .test_ack_files import operations
@@ -109,16 +110,16 @@ def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
     before = tasks_version(t)
     t.put([{"n": i} for i in range(3)])
     other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("race")
-    commit = store.Layout.commit_ingest
+    commit = Accelerator.commit_ingest
     raced: list[int] = []
 
-    def ingest_first(self: store.Layout, *args: Any, **kwargs: Any) -> int:
+    def ingest_first(self: Accelerator, *args: Any, **kwargs: Any) -> int:
         if not raced:
             ingest(other.context)
             raced.append(1)
         return commit(self, *args, **kwargs)
 
-    monkeypatch.setattr(store.Layout, "commit_ingest", ingest_first)
+    monkeypatch.setattr(Accelerator, "commit_ingest", ingest_first)
     assert ids(t.take(2)) == [1, 2]
     assert [op for _, op in operations(t, before)] == ["ingest", "take"]
     rows = t.context.layout.read(t.context.layout.tasks("race")).where("task_id >= 0")

@@ -263,11 +263,11 @@ def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int,
     return committed[0]
 
 
-def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str | Column]:
+def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str]:
     """The SET of an updating ``op``: its action, and who changed the row, in
     which commit, and when its state next changes by itself."""
     assert op.action is not None
-    action: dict[str, str | Column] = {k: v.format(**sqlctx) for k, v in op.action.items()}
+    action: dict[str, str] = {k: v.format(**sqlctx) for k, v in op.action.items()}
     action["changed_by"] = f"'{op.name}'"
     action["change_token"] = f"'{tag.token}'"
     action["next_event"] = st.next_event(*(
@@ -379,15 +379,16 @@ def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
     None when they are not such files: then the MERGE acks them or says
     why not (so a failure here is left to it too).
     """
-    if not ids:
-        return None
     layout = ctx.layout
+    accelerator = layout.accelerator
+    if not ids or accelerator is None:
+        return None
     tag = CommitTag.new("ack")
 
     def attempt() -> int | None:
         now = ctx.now()
-        return layout.remove_files(layout.tasks(ctx.name),
-                                   lambda files: st.whole_files(files, ids, who, now), tag)
+        return accelerator.remove_files(layout.tasks(ctx.name),
+                                        lambda files: st.whole_files(files, ids, who, now), tag)
 
     try:
         version = ctx.guarded(lambda: st.retrying(

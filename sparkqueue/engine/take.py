@@ -95,7 +95,7 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFr
     could a transaction that reads everything.
     """
     driver = ctx.driver
-    if not (driver.head_only or driver.sub_queue_heads):
+    if not (driver.head_only or driver.sub_queue_heads) or ctx.layout.accelerator is None:
         return None
     layout = ctx.layout
     path = layout.tasks(ctx.name)
@@ -114,7 +114,9 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                   upto: int) -> DataFrame | None:
     """:func:`take_fresh`'s one attempt."""
     layout = ctx.layout
-    txn = layout.reading_all(path)
+    accelerator = layout.accelerator
+    assert accelerator is not None
+    txn = accelerator.reading_all(path)
     now = ctx.now()
     files = layout.files_at(path, int(txn.snapshot().version()))
     if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
@@ -127,7 +129,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     tag = CommitTag.new("ingest+take", upto=upto, next_id=next_id)
     with layout.tagged(tag) as sess:
         pending = pending_rows(ctx, sess, cursor, upto)
-        if pending is None or not layout.fits(txn, pending):
+        if pending is None or not accelerator.fits(txn, pending):
             return None
         pending = pending.localCheckpoint()  # read by the choice and the write
         live = pending.withColumn("eff", F.expr(effective_status(now)))
@@ -169,7 +171,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                 "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
                 "ELSE array('insert') END"))),
                                 f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
-        version = layout.commit_ingest(txn, ctx.name, cursor, st.Cursor(upto, next_id),
+        version = accelerator.commit_ingest(txn, ctx.name, cursor, st.Cursor(upto, next_id),
                                        rows, changes, tag)
     ctx.ingested_upto = upto
     if picked is None:

@@ -5,6 +5,8 @@
 - :mod:`.filestats`: what per-file statistics say (pure functions);
 - :mod:`.failures`: conflicts to retry, failed guards, missing tables;
 - :mod:`.log`: the Delta log read directly (versions, tags, cursor, put files);
+- :mod:`.files`: the log's files read through Spark (the portable way);
+- :mod:`.jvm`: the driver's JVM: files through Hadoop, Spark's logging;
 - :mod:`.txn`: Delta's transaction API, the JVM accelerator;
 - :mod:`.tables`: MERGE, UPDATE and DELETE of a table;
 - :mod:`.layout`: a root's tables: paths, creation, reads, results.
@@ -35,7 +37,7 @@ from .filestats import (
     stats_of,
     whole_files,
 )
-from .layout import Layout
+from .layout import ENGINES, Layout
 from .schema import (
     CHANGE_TYPE,
     FEW_FILES,
@@ -69,7 +71,8 @@ from .sql import (
 from .tables import When, delete, merge, update, vacuum
 
 __all__ = [
-    "CHANGE_TYPE", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "MARKER", "PUBLIC_COLUMNS",
+    "CHANGE_TYPE", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "MARKER",
+    "PUBLIC_COLUMNS",
     "RUNS_INLINE", "STATS_COLUMNS", "TASK_COLUMNS", "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS",
     "USER_METADATA", "CommitTag", "Cursor", "Layout", "PutFile", "StaleChoice", "When", "delete",
     "effective_status", "file_entry", "first_line", "guard_failure", "head_bound", "id_frame",

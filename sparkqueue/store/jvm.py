@@ -1,10 +1,41 @@
-"""The JVM of a classic session: Spark's logging."""
+"""The JVM of a classic session: whether it is there, Spark's logging, and files read
+through Hadoop's FileSystem (no Spark job).
+
+Only a classic SparkSession (pyspark in the driver's process) has a JVM; a
+Spark Connect client has none. :func:`jvm_of` is where the store finds out.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+from urllib.parse import urlparse
+
+from py4j.java_gateway import JavaClass
 from pyspark.sql import SparkSession
 
-__all__ = ["quiet_task_failures"]
+from .files import delta_log
+
+__all__ = ["HadoopFiles", "delta_classes", "jvm_of", "quiet_task_failures"]
+
+
+def jvm_of(spark: SparkSession) -> Any | None:
+    """The py4j gateway's JVM view of a classic session; None over Spark Connect."""
+    try:
+        return spark.sparkContext._jvm
+    except Exception:  # Spark Connect: no SparkContext in the client
+        return None
+
+
+def delta_classes(jvm: Any) -> bool:
+    """Whether Delta's internal classes the accelerator uses are on the JVM's class path
+    (open-source Delta's names; other distributions name them otherwise)."""
+    names = ("org.apache.spark.sql.delta.DeltaLog",
+             "org.apache.spark.sql.delta.OptimisticTransaction")
+    try:  # py4j names a class it can load a JavaClass, anything else a JavaPackage
+        return all(isinstance(getattr(jvm, n), JavaClass) for n in names)
+    except Exception:
+        return False
 
 
 def quiet_task_failures(spark: SparkSession) -> None:
@@ -12,13 +43,76 @@ def quiet_task_failures(spark: SparkSession) -> None:
 
     sparkqueue fails MERGEs on purpose (``raise_error`` guards: a batch with
     a task in the wrong state writes nothing) and reports them as typed errors.
+    Over Spark Connect the server's logging is its own.
     """
-    spark.sparkContext.setLogLevel("ERROR")
-    jvm = spark.sparkContext._jvm
-    if jvm is None:  # pragma: no cover - Spark Connect
+    jvm = jvm_of(spark)
+    if jvm is None:
         return
+    spark.sparkContext.setLogLevel("ERROR")
     fatal = jvm.org.apache.logging.log4j.Level.FATAL
     for name in ("org.apache.spark.executor.Executor", "org.apache.spark.scheduler.TaskSetManager",
                  "org.apache.spark.scheduler.TaskSchedulerImpl",
                  "org.apache.spark.sql.delta", "org.apache.spark.util.Utils"):
         jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(name, fatal)
+
+
+class HadoopFiles:
+    """:class:`~sparkqueue.store.files.LogFiles` through Hadoop's FileSystem in the
+    driver's JVM: a few JVM round trips a file, no Spark job (every operation
+    reads the log, so this is most of what the accelerator saves)."""
+
+    name = "accelerated"
+
+    def __init__(self, spark: SparkSession, jvm: Any) -> None:
+        self.spark = spark
+        self.jvm = jvm
+        self._fs: dict[tuple[str, str], Any] = {}  # (scheme, authority): FileSystem
+
+    def _path(self, file: str) -> tuple[Any, Any]:
+        path = self.jvm.org.apache.hadoop.fs.Path(file)
+        parts = urlparse(file)
+        fs = self._fs.get((parts.scheme, parts.netloc))
+        if fs is None:
+            fs = path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
+            self._fs[(parts.scheme, parts.netloc)] = fs
+        return path, fs
+
+    def exists(self, file: str) -> bool:
+        path, fs = self._path(file)
+        return bool(fs.exists(path))
+
+    def read(self, file: str) -> str | None:
+        path, fs = self._path(file)
+        if not fs.exists(path):
+            return None
+        stream = fs.open(path)
+        try:
+            return str(self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
+        finally:
+            stream.close()
+
+    def read_many(self, files: list[str]) -> dict[str, str]:
+        found = {f: self.read(f) for f in files}
+        return {f: t for f, t in found.items() if t is not None}
+
+    def latest_version(self, table: str, known: int) -> int | None:
+        """From ``known`` (or the last checkpoint), the commit files that follow it."""
+        if known < 0:
+            last = self.read(delta_log(table, "_last_checkpoint"))
+            known = -1 if last is None else int(json.loads(last)["version"])
+        found = known
+        while self.exists(delta_log(table, f"{found + 1:020d}.json")):
+            found += 1
+        if found == known and not self.exists(delta_log(table)):
+            return None
+        return found
+
+    def folders(self, folder: str) -> list[str]:
+        path, fs = self._path(folder)
+        if not fs.exists(path):
+            return []
+        return sorted(str(f.getPath().getName()) for f in fs.listStatus(path) if f.isDirectory())
+
+    def delete(self, folder: str) -> None:
+        path, fs = self._path(folder)
+        fs.delete(path, True)

@@ -35,19 +35,24 @@ change data feed serves only ``Tube.changes`` and a tube may keep none.
 
 from __future__ import annotations
 
+import json
 import re
 import time
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import unquote
 
-from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from ..errors import StorageError
+from ..errors import NotSupported, StorageError
 from . import schema
 from .failures import NOT_WRITABLE, first_line
+from .files import SparkFiles
 from .filestats import STATS_COLUMNS
+from .jvm import HadoopFiles, delta_classes, jvm_of
+from .log import LogReader
 from .schema import (
     CREATE_PATIENCE,
     INBOX_COLUMNS,
@@ -55,13 +60,46 @@ from .schema import (
     TASK_COLUMNS,
     TASK_TABLE_COLUMNS,
     Cursor,
+    parse_tag,
 )
-from .txn import Transactions
+from .tables import ingest_frame, sql_table
+from .txn import Accelerator
+
+#: The engines a Layout can run: Delta's SQL and Spark's readers only, or those
+#: with Delta's transaction API and Hadoop's FileSystem in the driver's JVM.
+ENGINES = ("portable", "accelerated")
 
 
-class Layout(Transactions):
-    """Paths, tables and reads of one queue root (the log and transaction parts are
-    :class:`~sparkqueue.store.log.LogReader` and :class:`~sparkqueue.store.txn.Transactions`)."""
+class Layout(LogReader):
+    """Paths, tables and reads of one queue root (its log part is
+    :class:`~sparkqueue.store.log.LogReader`), with the JVM accelerator
+    (:class:`~sparkqueue.store.txn.Accelerator`) where there is one.
+
+    ``engine``: None chooses, here and only here: ``accelerated`` when the
+    session is classic (it has a JVM) and Delta's classes are in it,
+    ``portable`` otherwise (Spark Connect). ``portable`` may be asked for on a
+    classic session; ``accelerated`` where it cannot run is
+    :class:`NotSupported`.
+    """
+
+    def __init__(self, spark: SparkSession, root: str, engine: str | None = None) -> None:
+        if engine is not None and engine not in ENGINES:
+            raise NotSupported(f"engine must be one of {', '.join(ENGINES)} (or None: "
+                               f"chosen by the session), got {engine!r}")
+        jvm = None if engine == "portable" else jvm_of(spark)
+        if jvm is not None and not delta_classes(jvm):
+            jvm = None
+        if engine == "accelerated" and jvm is None:
+            raise NotSupported("the accelerated engine needs a classic SparkSession with "
+                               "open-source Delta's classes; use engine='portable'")
+        super().__init__(spark, root, SparkFiles(spark) if jvm is None
+                         else HadoopFiles(spark, jvm))
+        self.accelerator = None if jvm is None else Accelerator(self, jvm)
+
+    @property
+    def engine(self) -> str:
+        """``accelerated`` or ``portable``: see the class."""
+        return "portable" if self.accelerator is None else "accelerated"
 
 
 
@@ -87,12 +125,12 @@ class Layout(Transactions):
                           T.StructField("type", T.StringType()),
                           T.StructField("options", T.StringType()),
                           T.StructField("created", T.DoubleType())]),
-            {},
+            {}, self.exists,
         )
 
     def create_stats_table(self, schema: T.StructType) -> None:
         if self._versions.get(self.stats, -1) < 0:
-            _create_table(self.spark, self.stats, schema, {})
+            _create_table(self.spark, self.stats, schema, {}, self.exists)
             self.latest_version(self.stats)
 
     def create_tube_tables(self, tube: str, change_feed: bool = True) -> None:
@@ -116,6 +154,7 @@ class Layout(Transactions):
             {"delta.enableDeletionVectors": "true",
              "delta.autoOptimize.autoCompact": "false",
              "delta.dataSkippingNumIndexedCols": "0"},
+            self.exists,
         )
         _create_table(
             self.spark, self.tasks(tube),
@@ -128,6 +167,7 @@ class Layout(Transactions):
                 "delta.enableChangeDataFeed": str(change_feed).lower(),
                 "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
             },
+            self.exists,
         )
 
     def write_marker(self, tube: str, since: Cursor, cursor: Cursor, rows: DataFrame) -> None:
@@ -144,7 +184,7 @@ class Layout(Transactions):
         Spark jobs, about 0.5 s of a 30,000-task ingest's 1.6 s here): Delta
         4.4 reads transaction ids from the state, not from its checksum files.
         """
-        (self.ingest_frame(rows, cursor).write.format("delta").mode("append")
+        (ingest_frame(rows, cursor).write.format("delta").mode("append")
          .option("txnAppId", INGEST_TXN).option("txnVersion", since.version)
          .option("mergeSchema", "true")
          .option("maxRecordsPerFile", schema.TASK_FILE_ROWS)
@@ -171,25 +211,79 @@ class Layout(Transactions):
         return (reader if schema is None else reader.schema(schema)).parquet(*files)
 
     def exists(self, path: str) -> bool:
-        return bool(DeltaTable.isDeltaTable(self.spark, path))
+        """Whether a Delta table is at ``path`` (its log has a commit)."""
+        return self.files.latest_version(path, -1) is not None
 
     def delete_tube_dir(self, tube: str) -> None:
         """Delete a tube's folder (both its tables) and forget what was cached of it."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        path = jvm.org.apache.hadoop.fs.Path(self.tube_dir(tube))
-        path.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration()).delete(path, True)
+        self.files.delete(self.tube_dir(tube))
         self.forget(self.tube_dir(tube))
 
     def tube_dirs(self) -> list[str]:
         """The names of the tube folders under the root, sorted (any file system)."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        folder = jvm.org.apache.hadoop.fs.Path(f"{self.root}/tubes")
-        fs = folder.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        if not fs.exists(folder):
-            return []
-        return sorted(str(f.getPath().getName()) for f in fs.listStatus(folder) if f.isDirectory())
+        return self.files.folders(f"{self.root}/tubes")
+
+    def file_stats(self, path: str) -> list[dict[str, Any]]:
+        """Per data file of the newest snapshot, what :func:`head_bound` reads.
+
+        The statistics Delta keeps per file (row count, min/max per column),
+        from :meth:`files_at`; where that does not know them, from the
+        snapshot's state through the accelerator (as data skipping does): no
+        data file opened, one small Spark job, plus the state's own rebuild
+        when no read of this version has cached it yet; later calls replay
+        only the commits made since. Without the accelerator, ``[]``: takes
+        then read every ready task. A table of at most schema.FEW_FILES files
+        gets no statistics either: reading them all costs less than choosing
+        among them.
+        """
+        files = self.files_at(path, self.latest_version(path))
+        if files is None:
+            if 0 <= self.file_count(path) <= schema.FEW_FILES:
+                return []
+            loaded = None if self.accelerator is None else self.accelerator.load_file_stats(path)
+            if loaded is not None:
+                self._stats_by_file[path] = loaded
+            files = None if loaded is None else loaded[1]
+        return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
+
+    def last_tag_value(self, path: str, key: str) -> int:
+        """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when
+        none does.
+
+        Read back from the newest commit in a new process, then on from where
+        this one last looked. Where log retention removed the commits before
+        any that holds it, the latest version: a value counts commits that
+        carry it, one each, so none recorded is above it (what it is for, a
+        transaction id's version, needs only to grow).
+        """
+        latest = self.latest_version(path)
+        seen, value = self._tag_values.get((path, key), (-1, None))
+        if seen >= 0:
+            found = [h["tag"][key] for h in self.history(path, seen) if key in h["tag"]]
+            value = int(found[-1]) if found else value
+        else:
+            value = self._newest_tag_value(path, key, latest)
+        self._tag_values[(path, key)] = (latest, value)
+        return int(value or 0)
+
+    def _newest_tag_value(self, path: str, key: str, latest: int) -> int | None:
+        """:meth:`last_tag_value` read back from ``latest``, a few commits a read."""
+        top = latest
+        while top >= 0:
+            versions = range(max(-1, top - 20) + 1, top + 1)
+            texts = self.commit_texts(path, versions)
+            for version in reversed(versions):
+                text = texts.get(version)
+                if text is None:
+                    return latest
+                info: dict[str, Any] = next((json.loads(line)["commitInfo"]
+                                             for line in text.splitlines()
+                                             if line.startswith('{"commitInfo"')), {})
+                tag = parse_tag(info.get("userMetadata"))
+                if tag is not None and key in tag:
+                    return int(tag[key])
+            top = versions.start - 1
+        return None
 
     def changed_at(self, tube: str, version: int, token: str, lo: int, hi: int, *,
                    updates: bool = True, removable: DataFrame | None = None) -> DataFrame:
@@ -238,22 +332,22 @@ class Layout(Transactions):
 
 
 def _create_table(spark: SparkSession, path: str, schema: T.StructType,
-                  properties: dict[str, str]) -> bool:
+                  properties: dict[str, str], exists: Callable[[str], bool]) -> bool:
     """Create a Delta table at ``path`` unless it exists; True if this call created it."""
-    if DeltaTable.isDeltaTable(spark, path):
+    if exists(path):
         return False
-    builder = DeltaTable.createIfNotExists(spark).location(path).addColumns(schema)
-    for key, value in properties.items():
-        builder = builder.property(key, value)
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     try:
-        builder.execute()
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_table(path)} ({columns}) USING delta"
+                  + (f" TBLPROPERTIES ({props})" if props else ""))
     except Exception as e:  # another process created it first, or is creating it
         problem = f"cannot create a Delta table here: {first_line(e)}"
         if any(m in str(e) for m in NOT_WRITABLE):
             raise StorageError(path, problem) from e
         until = time.monotonic() + CREATE_PATIENCE
         while True:  # a creator that lost the race can fail before the winner commits
-            if DeltaTable.isDeltaTable(spark, path):
+            if exists(path):
                 return False
             if time.monotonic() >= until:
                 raise StorageError(path, problem) from e

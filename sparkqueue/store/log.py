@@ -16,37 +16,30 @@ from pyspark.sql import functions as F
 
 from ..errors import QueueError, StorageError
 from . import schema
+from .files import LogFiles, delta_log
 from .filestats import file_entry, stats_of
 from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
 
 
 class LogReader(Paths):
-    """The log-reading part of :class:`Layout`, with the caches it keeps per table."""
+    """The log-reading part of :class:`Layout`, with the caches it keeps per table.
 
-    def __init__(self, spark: SparkSession, root: str) -> None:
+    ``files`` reads the log's files: through Hadoop's FileSystem in a classic
+    session's JVM, or through Spark's readers (:class:`.files.SparkFiles`).
+    """
+
+    def __init__(self, spark: SparkSession, root: str, files: LogFiles) -> None:
         super().__init__(spark, root)
+        self.files = files
         self._versions: dict[str, int] = {}
         self._cursors: dict[str, tuple[int, Cursor]] = {}  # tasks path: (version seen, cursor)
         # inbox path: (anchor, version read up to, its put files, next id), see put_files
         self._put_files: dict[str, tuple[Cursor, int, list[PutFile], int]] = {}
-        # tasks path: (version, {data file: its statistics}), see file_stats
+        # tasks path: (version, {data file: its statistics}), see files_at
         self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
-        self._log_fs: dict[str, tuple[Any, Any]] = {}  # table path: see log_fs
         # (table path, tag key): (version read up to, value), see last_tag_value
         self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
-
-    def log_fs(self, path: str) -> tuple[Any, Any]:
-        """The table's ``_delta_log`` Hadoop path and file system (kept: every
-        operation reads the log, and each lookup is JVM round trips)."""
-        found = self._log_fs.get(path)
-        if found is None:
-            jvm = self.spark.sparkContext._jvm
-            assert jvm is not None
-            log = jvm.org.apache.hadoop.fs.Path(f"{path}/_delta_log")
-            found = log, log.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-            self._log_fs[path] = found
-        return found
 
     def latest_version(self, path: str) -> int:
         """The newest committed version of the table at ``path``.
@@ -56,17 +49,8 @@ class LogReader(Paths):
         it writes, and a Delta append to a missing table would make a new,
         empty one in its place, losing its tasks without a word.
         """
-        log, fs = self.log_fs(path)
-        known = self._versions.get(path)
-        if known is None:
-            known = -1
-            last = log.suffix("/_last_checkpoint")
-            if fs.exists(last):
-                known = int(json.loads(self.read_fs_text(fs, last))["version"])
-        found = known
-        while fs.exists(log.suffix(f"/{found + 1:020d}.json")):
-            found += 1
-        if found == known and not fs.exists(log):
+        found = self.files.latest_version(path, self._versions.get(path, -1))
+        if found is None:
             self._versions.pop(path, None)
             raise StorageError(path, "the Delta table is missing (no _delta_log): it was "
                                "deleted or moved outside sparkqueue, which never recreates "
@@ -76,45 +60,32 @@ class LogReader(Paths):
 
     def forget(self, path_prefix: str) -> None:
         """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
-        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files,
-                      self._log_fs):
+        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files):
             for key in [k for k in cache if k.startswith(path_prefix)]:
                 del cache[key]
         for tagged in [k for k in self._tag_values if k[0].startswith(path_prefix)]:
             del self._tag_values[tagged]
 
-    def read_fs_text(self, fs: Any, file: Any) -> str:
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        stream = fs.open(file)
-        try:
-            return str(jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
-        finally:
-            stream.close()
+    def commit_text(self, path: str, version: int) -> str | None:
+        """The JSON commit file of ``version`` of the table at ``path`` (None: not there)."""
+        return self.files.read(delta_log(path, f"{version:020d}.json"))
 
-    def commit_text(self, log: Any, fs: Any, version: int) -> str | None:
-        """The JSON commit file of ``version`` (None: not there)."""
-        file = log.suffix(f"/{version:020d}.json")
-        return self.read_fs_text(fs, file) if fs.exists(file) else None
+    def commit_texts(self, path: str, versions: range) -> dict[int, str]:
+        """:meth:`commit_text` of each of ``versions`` that is there (one read for all)."""
+        names = {delta_log(path, f"{v:020d}.json"): v for v in versions}
+        return {names[f]: t for f, t in self.files.read_many(list(names)).items()}
 
-    def read_text(self, path: str) -> str:
-        """A small text file at ``path`` (any Hadoop file system)."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
-        file = jvm.org.apache.hadoop.fs.Path(path)
-        fs = file.getFileSystem(self.spark.sparkContext._jsc.hadoopConfiguration())
-        return self.read_fs_text(fs, file)
+    def read_text(self, path: str) -> str | None:
+        """A small text file at ``path`` (None: not there)."""
+        return self.files.read(path)
 
     def commit_infos(self, path: str, after_version: int,
                      upto: int | None = None) -> list[tuple[int, dict[str, Any]]]:
         """``(version, commitInfo)`` of the commits after ``after_version``, oldest first."""
-        log, fs = self.log_fs(path)
         last = self.latest_version(path) if upto is None else upto
         out = []
-        for version in range(max(after_version + 1, 0), last + 1):
-            text = self.commit_text(log, fs, version)
-            if text is None:  # cleaned up by log retention
-                continue
+        texts = self.commit_texts(path, range(max(after_version + 1, 0), last + 1))
+        for version, text in sorted(texts.items()):  # any gone: cleaned up by log retention
             for line in text.splitlines():
                 if line.startswith('{"commitInfo"'):
                     out.append((version, json.loads(line)["commitInfo"]))
@@ -163,7 +134,7 @@ class LogReader(Paths):
                                  "from Delta row tracking), which this one does not read")
             if found:
                 cursor = Cursor(int(found[-1]["upto"]), int(found[-1]["next_id"]))
-            elif since < 0 and self.commit_text(*self.log_fs(path), 0) is not None:
+            elif since < 0 and self.commit_text(path, 0) is not None:
                 cursor = Cursor(0, 0)  # the whole log read, no ingest in it: a new tube
             elif seen < 0:
                 row = (self.read(path).where("task_id < 0").orderBy(F.desc("inbox_version"))
@@ -197,9 +168,9 @@ class LogReader(Paths):
             later = [f.first_id for f in files if f.version > upto]
             return [f for f in files if f.version <= upto], (later[0] if later else next_id)
         files = list(files)
-        log, fs = self.log_fs(inbox)
+        texts = self.commit_texts(inbox, range(done + 1, upto + 1))
         for version in range(done + 1, upto + 1):
-            text = self.commit_text(log, fs, version)
+            text = texts.get(version)
             if text is None:
                 raise QueueError(f"commit {version} of {inbox} is gone from the Delta log "
                                  "(log retention) before its puts were ingested")
@@ -237,8 +208,7 @@ class LogReader(Paths):
         """The data files the commit at ``version`` of ``path`` added and removed, as
         the log names them; None when its commit file is gone, or a file has
         a deletion vector (its rows are not all the file's)."""
-        log, fs = self.log_fs(path)
-        text = self.commit_text(log, fs, version)
+        text = self.commit_text(path, version)
         if text is None:
             return None
         found: tuple[list[str], list[str]] = ([], [])
@@ -274,11 +244,10 @@ class LogReader(Paths):
 
     def _checksum_files(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
         """:meth:`files_at` from the checksum file of ``version``, when it lists the files."""
-        log, fs = self.log_fs(path)
-        crc = log.suffix(f"/{version:020d}.crc")
-        if not fs.exists(crc):
+        text = self.files.read(delta_log(path, f"{version:020d}.crc"))
+        if text is None:
             return None
-        summary = json.loads(self.read_fs_text(fs, crc))
+        summary = json.loads(text)
         listed = summary.get("allFiles")
         if listed is None or len(listed) != summary.get("numFiles"):
             return None
@@ -294,9 +263,9 @@ class LogReader(Paths):
         if upto == version:
             return files
         files = dict(files)
-        log, fs = self.log_fs(path)
+        texts = self.commit_texts(path, range(version + 1, upto + 1))
         for v in range(version + 1, upto + 1):
-            text = self.commit_text(log, fs, v)
+            text = texts.get(v)
             if text is None:
                 return None
             for line in text.splitlines():
@@ -315,10 +284,9 @@ class LogReader(Paths):
         commits; reading it costs no Spark job (Delta's own accessor,
         ``numOfFilesIfKnown``, computes the snapshot's whole state for it).
         """
-        log, fs = self.log_fs(path)
         latest = self.latest_version(path)
         for version in range(latest, max(-1, latest - 5), -1):
-            crc = log.suffix(f"/{version:020d}.crc")
-            if fs.exists(crc):
-                return int(json.loads(self.read_fs_text(fs, crc)).get("numFiles", -1))
+            text = self.files.read(delta_log(path, f"{version:020d}.crc"))
+            if text is not None:
+                return int(json.loads(text).get("numFiles", -1))
         return -1

@@ -1,23 +1,30 @@
-"""MERGE, UPDATE, DELETE and VACUUM of a Delta table at a path.
+"""MERGE, UPDATE, DELETE and VACUUM of a Delta table, in SQL.
 
-Each takes a session (whose ``userMetadata`` tags the commit) and the table's
-path; a MERGE's clauses are data (:class:`When`), so the verbs above say what
-changes and this module alone says how Delta is asked. The target is ``t`` and
-a MERGE's source ``s`` in every condition and value.
+Each takes a session (whose ``userMetadata`` tags the commit) and the
+table's reference: a path, or a catalog name (:func:`sql_table`). A MERGE's
+clauses are data (:class:`When`), so the verbs above say what changes and
+this module alone says how Delta is asked. The target is ``t`` and a MERGE's
+source ``s`` in every condition and value.
+
+SQL, not Delta's Python ``DeltaTable``: it is what a Spark Connect client
+has (``DeltaTable`` over Connect needs Delta Connect's server plugin), and
+Delta plans the two the same way.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from delta.tables import DeltaTable
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 
-__all__ = ["When", "merge", "update", "delete", "vacuum"]
+from .schema import MARKER, Cursor
 
-Values = Mapping[str, str | Column]
+__all__ = ["When", "ingest_frame", "is_path", "merge", "update", "delete", "vacuum", "sql_table"]
+
+Values = Mapping[str, str]
 
 
 @dataclass(frozen=True)
@@ -30,35 +37,81 @@ class When:
     values: Values = field(default_factory=dict)
 
 
-def merge(spark: SparkSession, path: str, source: DataFrame, on: str,
-          clauses: Sequence[When]) -> DataFrame:
-    """MERGE ``source`` (``s``) into the table at ``path`` (``t``) on ``on``; Delta's
-    result (the counts of rows inserted, updated and deleted)."""
-    builder = DeltaTable.forPath(spark, path).alias("t").merge(source.alias("s"), on)
-    for c in clauses:
-        if c.kind == "update":
-            builder = builder.whenMatchedUpdate(condition=c.condition, set=dict(c.values))
-        elif c.kind == "delete":
-            builder = builder.whenMatchedDelete(condition=c.condition)
-        elif c.kind == "insert":
-            cond = c.condition
-            builder = (builder.whenNotMatchedInsert(values=dict(c.values)) if cond is None
-                       else builder.whenNotMatchedInsert(condition=cond, values=dict(c.values)))
-        else:
-            builder = builder.whenNotMatchedInsertAll()
-    return builder.execute()
+def is_path(ref: str) -> bool:
+    """Whether a table reference is a path (``/x``, ``s3a://b/x``), not a catalog name."""
+    return "/" in ref or ":" in ref
 
 
-def update(spark: SparkSession, path: str, condition: str, values: Values) -> None:
-    """UPDATE the rows of the table at ``path`` (``t``) where ``condition`` holds."""
-    DeltaTable.forPath(spark, path).alias("t").update(condition=condition, set=dict(values))
+def sql_table(ref: str) -> str:
+    """A table reference as SQL names it: ``delta.`path``` or the catalog name."""
+    return f"delta.`{ref.replace('`', '``')}`" if is_path(ref) else ref
 
 
-def delete(spark: SparkSession, path: str, condition: str | Column) -> None:
-    """DELETE the rows of the table at ``path`` where ``condition`` holds."""
-    DeltaTable.forPath(spark, path).delete(condition)
+def _assignments(values: Values) -> str:
+    return ", ".join(f"{k} = {v}" for k, v in values.items())
 
 
-def vacuum(spark: SparkSession, path: str, retention_hours: float) -> None:
-    """VACUUM the table at ``path`` (files unreferenced for ``retention_hours``)."""
-    DeltaTable.forPath(spark, path).vacuum(retention_hours)
+def _clause(c: When) -> str:
+    cond = f" AND ({c.condition})" if c.condition else ""
+    if c.kind == "update":
+        return f"WHEN MATCHED{cond} THEN UPDATE SET {_assignments(c.values)}"
+    if c.kind == "delete":
+        return f"WHEN MATCHED{cond} THEN DELETE"
+    if c.kind == "insert":
+        names = ", ".join(c.values)
+        vals = ", ".join(c.values.values())
+        return f"WHEN NOT MATCHED{cond} THEN INSERT ({names}) VALUES ({vals})"
+    return f"WHEN NOT MATCHED{cond} THEN INSERT *"
+
+
+def merge(spark: SparkSession, ref: str, source: DataFrame, on: str,
+          clauses: Sequence[When]) -> Row | None:
+    """MERGE ``source`` (``s``) into the table ``ref`` (``t``) on ``on``; Delta's
+    result (the counts of rows inserted, updated and deleted).
+
+    The source is a global temporary view for the statement's length: it is
+    seen by every session of the application (the tagged session runs the
+    MERGE; the source may come from another) in classic Spark and over Spark
+    Connect alike.
+    """
+    view = f"sq_source_{uuid.uuid4().hex}"
+    source.createGlobalTempView(view)
+    try:
+        text = (f"MERGE INTO {sql_table(ref)} t USING global_temp.{view} s ON {on} "
+                + " ".join(_clause(c) for c in clauses))
+        return spark.sql(text).first()
+    finally:
+        spark.catalog.dropGlobalTempView(view)
+
+
+def update(spark: SparkSession, ref: str, condition: str, values: Values) -> None:
+    """UPDATE the rows of the table ``ref`` (``t``) where ``condition`` holds."""
+    spark.sql(f"UPDATE {sql_table(ref)} t SET {_assignments(values)} WHERE {condition}")
+
+
+def delete(spark: SparkSession, ref: str, condition: str) -> None:
+    """DELETE the rows of the table ``ref`` where ``condition`` (SQL) holds."""
+    spark.sql(f"DELETE FROM {sql_table(ref)} WHERE {condition}")
+
+
+def vacuum(spark: SparkSession, ref: str, retention_hours: float) -> None:
+    """VACUUM the table ``ref`` (files unreferenced for ``retention_hours``)."""
+    spark.sql(f"VACUUM {sql_table(ref)} RETAIN {float(retention_hours)} HOURS")
+
+
+def ingest_frame(rows: DataFrame, cursor: Cursor) -> DataFrame:
+    """``rows`` (ingested tasks) laid out for the tasks table, with the marker of ``cursor``.
+
+    One writer for the tasks, ids in order: their files hold consecutive
+    ids, schema.TASK_FILE_ROWS each from the ingest's first, and the marker a
+    file of its own. A take of whole such runs then leaves files of its
+    tasks only, which its ack removes whole; two writers would each start
+    files where their input split started, and a take's rewrite of the
+    file it ends in would mix ready rows into its files.
+    """
+    marker = rows.sparkSession.createDataFrame(  # one row: one partition
+        [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)],
+        "task_id long, status string, inbox_version long, order_key long",
+    )  # not coalesce(1): a union of two single partitions is one (a shared file)
+    return rows.coalesce(1).sortWithinPartitions("task_id").unionByName(
+        marker, allowMissingColumns=True)

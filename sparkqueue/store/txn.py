@@ -26,36 +26,22 @@ from .log import LogReader
 from .schema import (
     CHANGE_TYPE,
     INGEST_TXN,
-    MARKER,
     CommitTag,
     Cursor,
-    parse_tag,
 )
+from .tables import ingest_frame
 
 
-class Transactions(LogReader):
-    """The transaction-API part of :class:`~sparkqueue.store.layout.Layout`, and what
-    falls back to it where the log does not answer."""
+class Accelerator:
+    """Delta's transaction API for a root's tables: held by a
+    :class:`~sparkqueue.store.layout.Layout` of a classic session where Delta's
+    classes are there (:func:`sparkqueue.store.jvm.delta_classes`); reads the
+    log through that layout's :class:`LogReader`."""
 
-    @staticmethod
-    def ingest_frame(rows: DataFrame, cursor: Cursor) -> DataFrame:
-        """``rows`` (ingested tasks) laid out for the tasks table, with the marker of ``cursor``.
-
-        One writer for the tasks, ids in order: their files hold consecutive
-        ids, schema.TASK_FILE_ROWS each from the ingest's first, and the marker a
-        file of its own. A take of whole such runs then leaves files of its
-        tasks only, which its ack removes whole; two writers would each start
-        files where their input split started, and a take's rewrite of the
-        file it ends in would mix ready rows into its files.
-        """
-        sess = rows.sparkSession
-        marker = sess.createDataFrame(  # one partition, not one per core (an empty task)
-            sess.sparkContext.parallelize(
-                [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)], 1),
-            "task_id long, status string, inbox_version long, order_key long",
-        )  # not coalesce(1): a union of two single partitions is one (a shared file)
-        return rows.coalesce(1).sortWithinPartitions("task_id").unionByName(
-            marker, allowMissingColumns=True)
+    def __init__(self, log: LogReader, jvm: Any) -> None:
+        self.log = log
+        self.spark = log.spark
+        self.jvm = jvm
 
     def reading_all(self, path: str) -> Any:
         """A Delta transaction on the newest snapshot of ``path`` that has read all of it.
@@ -88,8 +74,7 @@ class Transactions(LogReader):
         caller read the cursor after ``txn``'s snapshot, and any commit since
         makes this one conflict.
         """
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
+        jvm = self.jvm
         sess = rows.sparkSession
         sess.conf.set("spark.sql.files.maxRecordsPerFile", str(schema.TASK_FILE_ROWS))
         actions = jvm.java.util.ArrayList()
@@ -97,7 +82,7 @@ class Transactions(LogReader):
                                           "lastUpdated": int(time.time() * 1000)}}))
         feed = txn.metadata().configuration().get("delta.enableChangeDataFeed")
         keeps_feed = feed.isDefined() and str(feed.get()).lower() == "true"
-        frame = self.ingest_frame(rows, cursor)
+        frame = ingest_frame(rows, cursor)
         if changes is not None and keeps_feed:
             # one write: Delta sends the rows with a change type to the change feed's files
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
@@ -119,14 +104,13 @@ class Transactions(LogReader):
         its transaction API (DeltaLog, OptimisticTransaction, as OPTIMIZE does).
         Returns the number of files removed (0 when fewer than two were found).
         """
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
+        jvm = self.jvm
         txn = self.start_transaction(path)
         wanted = set(names)
         old = [a for a in txn.snapshot().allFiles().collectAsList() if a.path() in wanted]
         if len(old) < 2:
             return 0
-        rows = (self.read(path).where(F.element_at(F.split("_metadata.file_path", "/"), -1)
+        rows = (self.log.read(path).where(F.element_at(F.split("_metadata.file_path", "/"), -1)
                                       .isin([a.path() for a in old]))
                 .repartition(1).sortWithinPartitions("task_id"))
         actions = jvm.java.util.ArrayList()
@@ -143,20 +127,18 @@ class Transactions(LogReader):
 
     def _action(self, action: dict[str, Any]) -> Any:
         """A Delta log action (its JSON form as a dict) as Delta's own object."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
+        jvm = self.jvm
         parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
         return parse.fromJson(json.dumps(action))
 
     def start_transaction(self, path: str) -> Any:
         """A Delta transaction on the newest snapshot of ``path`` (Delta's internal API)."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
+        jvm = self.jvm
         log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
             self.spark._jsparkSession, path)
         txn = log.startTransaction()
         if int(txn.snapshot().version()) < 0:  # its commit would create a new table
-            self.latest_version(path)  # says what is wrong
+            self.log.latest_version(path)  # says what is wrong
             raise StorageError(path, "no Delta table to commit to")
         return txn
 
@@ -173,8 +155,7 @@ class Transactions(LogReader):
         here, about a second). ``appended``: the actions add files; the commit
         is then an append (a WRITE), for the same reason.
         """
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
+        jvm = self.jvm
         ops = "org.apache.spark.sql.delta.DeltaOperations"
         scala = jvm.scala.jdk.javaapi.CollectionConverters
         if appended:
@@ -200,7 +181,7 @@ class Transactions(LogReader):
         if tag is None:
             return int(txn.commit(actions, operation))
         sessions = SparkSession._get_j_spark_session_class(jvm)
-        with self.tagged(tag) as sess:
+        with self.log.tagged(tag) as sess:
             # Delta takes commitInfo.userMetadata from the thread's active session
             sessions.setActiveSession(sess._jsparkSession)
             try:
@@ -218,8 +199,8 @@ class Transactions(LogReader):
         (a row's place is half its task id). It reads no data, so by Delta's
         conflict rules concurrent puts (blind appends) do not abort it.
         """
-        txn = self.start_transaction(self.inbox(tube))
-        newer, _ = self.put_files(tube, cursor, int(txn.snapshot().version()))
+        txn = self.start_transaction(self.log.inbox(tube))
+        newer, _ = self.log.put_files(tube, cursor, int(txn.snapshot().version()))
         keep = {f.name for f in newer}
         old = [a for a in txn.snapshot().allFiles().collectAsList()
                if a.path().rsplit("/", 1)[-1] not in keep]
@@ -248,12 +229,11 @@ class Transactions(LogReader):
         deleted rows.
         """
         txn = self.start_transaction(path)
-        files = self.files_at(path, int(txn.snapshot().version()))
+        files = self.log.files_at(path, int(txn.snapshot().version()))
         names = choose(files) if files else None
         if not files or not names:
             return None
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
+        jvm = self.jvm
         now = int(time.time() * 1000)
         actions = jvm.java.util.ArrayList()
         for name in names:
@@ -273,8 +253,7 @@ class Transactions(LogReader):
         """The newest snapshot's version and its files' statistics (as
         :meth:`files_at` gives them), from its state: a Spark job. None where
         Delta's ``DeltaLog`` cannot be reached."""
-        jvm = self.spark.sparkContext._jvm
-        assert jvm is not None
+        jvm = self.jvm
         try:
             log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
                 self.spark._jsparkSession, path)
@@ -290,61 +269,6 @@ class Transactions(LogReader):
         ).collect()
         return version, {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS},
                                      "size": r["size"]} for r in rows}  # as file_entry
-
-    def file_stats(self, path: str) -> list[dict[str, Any]]:
-        """Per data file of the newest snapshot, what :func:`head_bound` reads.
-
-        The statistics Delta keeps per file (row count, min/max per column),
-        from :meth:`files_at`; where that does not know them, from the
-        snapshot's state through Delta's ``DeltaLog`` (as data skipping does):
-        no data file opened, one small Spark job, plus the state's own rebuild
-        when no read of this version has cached it yet; later calls replay
-        only the commits made since. ``DeltaLog`` is an internal Delta
-        interface (pinned with delta-spark); where it is missing, ``[]``:
-        takes then read every ready task. A table of at most schema.FEW_FILES files
-        gets no statistics either: reading them all costs less than choosing
-        among them.
-        """
-        files = self.files_at(path, self.latest_version(path))
-        if files is None:
-            if 0 <= self.file_count(path) <= schema.FEW_FILES:
-                return []
-            loaded = self.load_file_stats(path)
-            if loaded is not None:
-                self._stats_by_file[path] = loaded
-            files = None if loaded is None else loaded[1]
-        return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
-
-    def last_tag_value(self, path: str, key: str) -> int:
-        """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when
-        none does.
-
-        Read back from the newest commit in a new process, then on from where
-        this one last looked. Where log retention removed the commits before
-        any that holds it, Delta's own state tells (the transaction id of that
-        name, which every such commit records).
-        """
-        latest = self.latest_version(path)
-        seen, value = self._tag_values.get((path, key), (-1, None))
-        if seen >= 0:
-            found = [h["tag"][key] for h in self.history(path, seen) if key in h["tag"]]
-            value = int(found[-1]) if found else value
-        else:
-            log, fs = self.log_fs(path)
-            for version in range(latest, -1, -1):
-                text = self.commit_text(log, fs, version)
-                if text is None:
-                    value = self.txn_version(path, key)
-                    break
-                info: dict[str, Any] = next((json.loads(line)["commitInfo"]
-                                             for line in text.splitlines()
-                                             if line.startswith('{"commitInfo"')), {})
-                tag = parse_tag(info.get("userMetadata"))
-                if tag is not None and key in tag:
-                    value = int(tag[key])
-                    break
-        self._tag_values[(path, key)] = (latest, value)
-        return int(value or 0)
 
 
 def fields_of(table: T.StructType) -> list[tuple[str, str]]:

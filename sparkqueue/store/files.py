@@ -1,0 +1,115 @@
+"""Small files of a queue root (the Delta log's commit and checksum files), read the
+portable way: through Spark's own readers, which a Spark Connect client has.
+
+:class:`LogFiles` is what the store asks of storage beyond Delta's SQL; the
+JVM accelerator's version (Hadoop's FileSystem, no Spark job) is
+:class:`sparkqueue.store.jvm.HadoopFiles`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from ..errors import NotSupported
+
+__all__ = ["LogFiles", "SparkFiles", "delta_log", "is_missing_path"]
+
+MISSING_PATH = ("PATH_NOT_FOUND", "FileNotFoundException", "No such file")
+
+
+def is_missing_path(e: BaseException) -> bool:
+    """Whether a read failed because the file or folder is not there."""
+    return any(m in str(e) for m in MISSING_PATH)
+
+
+def delta_log(table: str, name: str = "") -> str:
+    """A file of the Delta log of the table at ``table`` (or the log folder)."""
+    return f"{table}/_delta_log/{name}" if name else f"{table}/_delta_log"
+
+
+class LogFiles(Protocol):
+    """Reads of small files, and a table's newest version, without Delta's state."""
+
+    def read(self, file: str) -> str | None:
+        """The text of ``file``; None when it is not there."""
+
+    def read_many(self, files: list[str]) -> dict[str, str]:
+        """The texts of those of ``files`` that are there, by file."""
+
+    def latest_version(self, table: str, known: int) -> int | None:
+        """The newest version of the Delta table at ``table``, looked for from
+        ``known`` (-1: nothing known); None when it has no log."""
+
+    def folders(self, folder: str) -> list[str]:
+        """The names of the folders in ``folder`` ([] when it is not there)."""
+
+    def delete(self, folder: str) -> None:
+        """Delete ``folder`` and everything in it."""
+
+
+class SparkFiles:
+    """:class:`LogFiles` through Spark: each read is a Spark job.
+
+    The newest version is Delta's own answer (``DESCRIBE HISTORY ... LIMIT 1``):
+    there is no file listing for a client to make. A folder cannot be deleted
+    this way (:class:`NotSupported`).
+    """
+
+    name = "portable"
+
+    def __init__(self, spark: SparkSession) -> None:
+        self.spark = spark
+
+    def read(self, file: str) -> str | None:
+        try:
+            row = self.spark.read.text(file, wholetext=True).first()
+        except Exception as e:
+            if is_missing_path(e):
+                return None
+            raise
+        return "" if row is None else str(row[0])
+
+    def read_many(self, files: list[str]) -> dict[str, str]:
+        if len(files) <= 1:
+            found = {f: self.read(f) for f in files}
+            return {f: t for f, t in found.items() if t is not None}
+        try:
+            rows = (self.spark.read.text(files, wholetext=True)
+                    .select("value", F.col("_metadata.file_name")).collect())
+        except Exception as e:
+            if not is_missing_path(e):
+                raise
+            found = {f: self.read(f) for f in files}  # one is gone: each on its own
+            return {f: t for f, t in found.items() if t is not None}
+        texts = {str(r[1]): str(r[0]) for r in rows}
+        return {f: texts[f.rsplit("/", 1)[-1]] for f in files if f.rsplit("/", 1)[-1] in texts}
+
+    def latest_version(self, table: str, known: int) -> int | None:
+        try:
+            row = self.spark.sql(f"DESCRIBE HISTORY delta.`{table}` LIMIT 1").first()
+        except Exception as e:
+            text = str(e)
+            if is_missing_path(e) or "DELTA_MISSING_DELTA_TABLE" in text \
+                    or "is not a Delta table" in text:
+                return None
+            raise
+        return None if row is None else int(row["version"])
+
+    def folders(self, folder: str) -> list[str]:
+        """The tube folders under ``folder`` that hold a table, found by reading their
+        first commit files (a client cannot list folders)."""
+        try:
+            rows = (self.spark.read.text(f"{folder}/*/*/_delta_log/00000000000000000000.json")
+                    .select(F.col("_metadata.file_path")).distinct().collect())
+        except Exception as e:
+            if is_missing_path(e):
+                return []
+            raise
+        return sorted({str(r[0]).split("/_delta_log/")[0].rsplit("/", 2)[-2] for r in rows})
+
+    def delete(self, folder: str) -> None:
+        raise NotSupported(f"deleting the folder {folder} (the portable engine has no file "
+                           "system access)")
