@@ -14,7 +14,7 @@ from .config import load_config
 from .errors import QueueError
 from .store.jvm import quiet_task_failures
 
-__all__ = ["session", "delta_package", "quiet_pyspark_loggers", "quiet_task_failures"]
+__all__ = ["session", "remote_session", "delta_package", "quiet_pyspark_loggers", "quiet_task_failures"]
 
 
 def delta_package() -> str:
@@ -58,6 +58,16 @@ def _submitted_conf() -> dict[str, str]:
     return {str(k): str(v) for k, v in SparkConf().getAll()}
 
 
+def remote_session(url: str) -> SparkSession:
+    """A Spark Connect session to ``url`` (``sc://host:port``)."""
+    try:
+        return SparkSession.builder.remote(url).getOrCreate()
+    except Exception as e:
+        raise QueueError(f"could not reach Spark Connect at {url}: {e}. Is a server "
+                         "running there (python -m sparkqueue.server), and pyspark's "
+                         "connect extras installed (pip install 'pyspark[connect]')?") from e
+
+
 def session(
     app_name: str = "sparkqueue",
     master: str | None = None,
@@ -65,8 +75,10 @@ def session(
 ) -> SparkSession:
     """Return a SparkSession with Delta Lake configured (extensions, catalog, jars).
 
-    Reuses the active session when one exists (a notebook's or spark-submit's
-    ``spark``). Otherwise builds one from conf/sparkqueue.toml's ``[spark]``
+    With ``SPARK_REMOTE`` set (``sc://host:port``, as pyspark reads it), a
+    Spark Connect session to that server, whose Delta is the server's own
+    (see :mod:`sparkqueue.server`). Otherwise reuses the active session when
+    one exists (a notebook's or spark-submit's ``spark``), or builds one from conf/sparkqueue.toml's ``[spark]``
     settings, then ``conf``, then ``master``; the Delta jar comes from Maven
     Central through ``spark.jars.packages``.
 
@@ -76,6 +88,9 @@ def session(
     >>> spark = sparkqueue.session(master="local[4]")      # doctest: +SKIP
     """
     quiet_pyspark_loggers()
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        return remote_session(remote)
     active = SparkSession.getActiveSession()
     if active is not None:
         return active

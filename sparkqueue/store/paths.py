@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -16,6 +17,7 @@ class Paths:
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
+        self._writers = threading.local()  # each thread's session for tagged commits
 
     @property
     def registry(self) -> str:
@@ -37,11 +39,16 @@ class Paths:
 
     @contextmanager
     def tagged(self, tag: CommitTag) -> Iterator[SparkSession]:
-        """A session of its own whose commits carry ``tag`` (thread-safe tagging)."""
-        sess = self.spark.newSession()
+        """A session whose commits carry ``tag``: the calling thread's own, so that
+        threads tag their commits apart (Delta reads ``userMetadata`` from the
+        session's settings)."""
+        sess = getattr(self._writers, "session", None)
+        if sess is None:
+            sess = new_session(self.spark)
+            # MERGE sources here are checkpointed and deterministic: copying them is waste.
+            sess.conf.set("spark.databricks.delta.merge.materializeSource", "none")
+            self._writers.session = sess
         sess.conf.set(USER_METADATA, tag.json())
-        # MERGE sources here are checkpointed and deterministic: copying them is waste.
-        sess.conf.set("spark.databricks.delta.merge.materializeSource", "none")
         yield sess
 
     def read(self, path: str, spark: SparkSession | None = None,
@@ -50,3 +57,10 @@ class Paths:
         if version is not None:
             reader = reader.option("versionAsOf", version)
         return reader.load(path)
+
+
+def new_session(spark: SparkSession) -> SparkSession:
+    """A session of ``spark``'s application with settings of its own: a classic
+    session's ``newSession``, a Spark Connect session's server-side clone."""
+    clone = getattr(type(spark), "cloneSession", None)
+    return clone(spark) if clone is not None else spark.newSession()
