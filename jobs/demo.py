@@ -6,12 +6,14 @@ that moves an injected clock to show a delay ending without waiting.
 
     python jobs/demo.py [--root /tmp/sparkqueue-demo]
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/demo.py
+    SPARK_REMOTE=sc://127.0.0.1:15002 python jobs/demo.py   # through Spark Connect
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -29,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     spark = sparkqueue.session(app_name="sparkqueue-demo")
     clock = FakeClock(time.time())
     sq = sparkqueue.connect(spark, args.root, owner="demo-worker", clock=clock)
+    print(f"engine: {sq.engine} (SPARK_REMOTE={os.environ.get('SPARK_REMOTE', '')!r})")
 
     def step(title: str) -> None:
         print(f"\n== {title}")

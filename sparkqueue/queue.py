@@ -194,6 +194,10 @@ class Queue:
         # tables, so a verb that finds one missing says so and never recreates it.
         # A name already registered is left alone (its tables may be damaged).
         if name not in self._registry_rows():
+            folder = self._layout.free_folder(name)
+            if folder != name:
+                options["folder"] = folder
+            self._layout.place(name, folder)
             self._layout.create_tube_tables(name, change_feed)
         if not self._register(name, type, options):
             if if_not_exists:
@@ -241,6 +245,7 @@ class Queue:
     def _open(self, name: str, type_name: str, driver_cls: type[Driver],
               options: dict[str, Any]) -> Tube:
         """A Tube over the engine's context of tube ``name``."""
+        self._layout.place(name, options.get("folder"))
         def emit(tasks: DataFrame, event: str) -> None:
             callback = self._callbacks.get(name)
             if callback is not None:

@@ -14,7 +14,8 @@ from .config import load_config
 from .errors import QueueError
 from .store.jvm import quiet_task_failures
 
-__all__ = ["session", "remote_session", "delta_package", "quiet_pyspark_loggers", "quiet_task_failures"]
+__all__ = ["session", "remote_session", "delta_package", "quiet_pyspark_loggers",
+           "quiet_task_failures"]
 
 
 def delta_package() -> str:
@@ -78,9 +79,10 @@ def session(
     With ``SPARK_REMOTE`` set (``sc://host:port``, as pyspark reads it), a
     Spark Connect session to that server, whose Delta is the server's own
     (see :mod:`sparkqueue.server`). Otherwise reuses the active session when
-    one exists (a notebook's or spark-submit's ``spark``), or builds one from conf/sparkqueue.toml's ``[spark]``
-    settings, then ``conf``, then ``master``; the Delta jar comes from Maven
-    Central through ``spark.jars.packages``.
+    one exists (a notebook's or spark-submit's ``spark``), or builds one from
+    conf/sparkqueue.toml's ``[spark]`` settings, then ``conf``, then
+    ``master``; the Delta jar comes from Maven Central through
+    ``spark.jars.packages``.
 
     Examples
     --------

@@ -16,6 +16,8 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube
+from sparkqueue.server import ConnectServer
+from sparkqueue.session import remote_session
 
 # The contract runs on every driver family: fifottl's rules through limfifottl
 # (fifottl plus a capacity, given one here so that every put also checks it),
@@ -30,20 +32,28 @@ CONTRACT_OPTIONS: dict[str, dict[str, Any]] = {"fifo": {"change_feed": False},
                                                "limfifottl": {"capacity": 1000}}
 
 
+#: The settings of the test Spark sessions that bear on speed (the local session's
+#: and the Spark Connect server's).
+SMALL_DATA = {
+    "spark.ui.enabled": "false",
+    # the tests' tables hold a few rows: one partition, one file, fewer tasks
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "1",
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    # tiny queries, each planned once: compiling code for them costs more than it saves
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     session = sparkqueue.session(
         app_name="sparkqueue-tests",
         master="local[2]",
         conf={
-            "spark.ui.enabled": "false",
-            # the tests' tables hold a few rows: one partition, one file, fewer tasks
-            "spark.sql.shuffle.partitions": "1",
-            "spark.default.parallelism": "1",
-            "spark.databricks.delta.snapshotPartitions": "1",
-            # C1-only JIT (-XX:TieredStopAtLevel=1) starts faster but made each op
-            # ~35% slower here; a suite of many small MERGEs wants C2.
-            "spark.sql.adaptive.enabled": "false",
+            **SMALL_DATA,
             # a session that lives through ~200 tests holds a Delta log (and its
             # cached state) per table it touched: 1g ran out of heap
             "spark.driver.memory": "4g",
@@ -51,6 +61,23 @@ def spark() -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConnectServer]:
+    """A local Spark Connect server with Delta (from pyspark's jars), for the tests of
+    the portable engine as Spark Connect clients run it; stopped at the end."""
+    log = tmp_path_factory.mktemp("connect") / "server.log"
+    with ConnectServer(conf={**SMALL_DATA, "spark.driver.memory": "3g"}, log=log) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def remote_spark(connect_server: ConnectServer) -> Iterator[SparkSession]:
+    """A Spark Connect session to :func:`connect_server`."""
+    spark = remote_session(connect_server.url)
+    yield spark
+    spark.stop()
 
 
 @pytest.fixture

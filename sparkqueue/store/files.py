@@ -13,8 +13,6 @@ from typing import Protocol
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from ..errors import NotSupported
-
 __all__ = ["LogFiles", "SparkFiles", "delta_log", "is_missing_path"]
 
 MISSING_PATH = ("PATH_NOT_FOUND", "FileNotFoundException", "No such file")
@@ -33,6 +31,9 @@ def delta_log(table: str, name: str = "") -> str:
 class LogFiles(Protocol):
     """Reads of small files, and a table's newest version, without Delta's state."""
 
+    #: whether :meth:`delete` can delete a folder
+    deletes: bool
+
     def read(self, file: str) -> str | None:
         """The text of ``file``; None when it is not there."""
 
@@ -46,8 +47,8 @@ class LogFiles(Protocol):
     def folders(self, folder: str) -> list[str]:
         """The names of the folders in ``folder`` ([] when it is not there)."""
 
-    def delete(self, folder: str) -> None:
-        """Delete ``folder`` and everything in it."""
+    def delete(self, folder: str) -> bool:
+        """Delete ``folder`` and everything in it; False when this cannot."""
 
 
 class SparkFiles:
@@ -55,10 +56,11 @@ class SparkFiles:
 
     The newest version is Delta's own answer (``DESCRIBE HISTORY ... LIMIT 1``):
     there is no file listing for a client to make. A folder cannot be deleted
-    this way (:class:`NotSupported`).
+    this way.
     """
 
     name = "portable"
+    deletes = False
 
     def __init__(self, spark: SparkSession) -> None:
         self.spark = spark
@@ -110,6 +112,5 @@ class SparkFiles:
             raise
         return sorted({str(r[0]).split("/_delta_log/")[0].rsplit("/", 2)[-2] for r in rows})
 
-    def delete(self, folder: str) -> None:
-        raise NotSupported(f"deleting the folder {folder} (the portable engine has no file "
-                           "system access)")
+    def delete(self, folder: str) -> bool:
+        return False

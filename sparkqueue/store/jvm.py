@@ -62,6 +62,7 @@ class HadoopFiles:
     reads the log, so this is most of what the accelerator saves)."""
 
     name = "accelerated"
+    deletes = True
 
     def __init__(self, spark: SparkSession, jvm: Any) -> None:
         self.spark = spark
@@ -113,6 +114,7 @@ class HadoopFiles:
             return []
         return sorted(str(f.getPath().getName()) for f in fs.listStatus(path) if f.isDirectory())
 
-    def delete(self, folder: str) -> None:
+    def delete(self, folder: str) -> bool:
         path, fs = self._path(folder)
         fs.delete(path, True)
+        return True

@@ -59,6 +59,7 @@ from .schema import (
     INGEST_TXN,
     TASK_COLUMNS,
     TASK_TABLE_COLUMNS,
+    CommitTag,
     Cursor,
     parse_tag,
 )
@@ -215,9 +216,40 @@ class Layout(LogReader):
         return self.files.latest_version(path, -1) is not None
 
     def delete_tube_dir(self, tube: str) -> None:
-        """Delete a tube's folder (both its tables) and forget what was cached of it."""
-        self.files.delete(self.tube_dir(tube))
-        self.forget(self.tube_dir(tube))
+        """Delete a tube's folder (both its tables) and forget what was cached of it.
+
+        Where storage cannot be reached but through Spark (the portable
+        engine), its tables are emptied and vacuumed instead: their data files
+        are deleted, their logs stay, and a new tube of the name gets a folder
+        of its own (:meth:`free_folder`).
+        """
+        folder = self.tube_dir(tube)
+        if not self.files.delete(folder):
+            for path in (self.inbox(tube), self.tasks(tube)):
+                if self.exists(path):
+                    self._empty(path)
+        self.forget(folder)
+
+    def _empty(self, path: str) -> None:
+        """Delete every row of the table at ``path`` and its data files, now."""
+        with self.tagged(CommitTag.new("drop")) as sess:
+            sess.sql(f"DELETE FROM {sql_table(path)}")
+            sess.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+            try:
+                sess.sql(f"VACUUM {sql_table(path)} RETAIN 0 HOURS")
+            finally:
+                sess.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+
+    def free_folder(self, tube: str) -> str:
+        """The folder name for a new tube ``tube``: its own name, unless a dropped
+        tube's tables are still there (:meth:`delete_tube_dir`); then the first
+        of ``tube~1``, ``tube~2``, ... that holds none. (Where folders can be
+        deleted, a tube's own: a leftover there is from a create cut short.)"""
+        folder, n = tube, 0
+        while not self.files.deletes and self.exists(f"{self.root}/tubes/{folder}/inbox"):
+            n += 1
+            folder = f"{tube}~{n}"
+        return folder
 
     def tube_dirs(self) -> list[str]:
         """The names of the tube folders under the root, sorted (any file system)."""
