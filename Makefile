@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYTHONWARNINGS := ignore::FutureWarning
 
-.PHONY: help setup java jars demo test test-fast check bench sweep torture clean
+.PHONY: help setup java jars demo test test-fast check bench connect-server sweep torture clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -35,8 +35,10 @@ jars: setup java  ## fetch the Delta jars from Maven Central into the Ivy cache
 demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
 	$(PY) jobs/demo.py --root $${DEMO_ROOT:-/tmp/sparkqueue-demo}
 
+# Two test workers (pytest-xdist), each with its own local Spark; the Spark Connect
+# tests stay on one of them (one server).
 test: jars  ## set up, then run the whole test suite
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n 2 --dist loadgroup tests
 
 test-fast: setup  ## the pure-logic tests only: no JVM, seconds
 	$(PY) -m pytest -q tests/unit
@@ -44,6 +46,9 @@ test-fast: setup  ## the pure-logic tests only: no JVM, seconds
 check: setup  ## lint and type-check
 	$(VENV)/bin/ruff check sparkqueue jobs tests notebooks
 	$(VENV)/bin/mypy
+
+connect-server: jars  ## a local Spark Connect server with Delta (then SPARK_REMOTE=sc://127.0.0.1:15002 make demo)
+	$(PY) -m sparkqueue.server --port $${PORT:-15002}
 
 sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root)
 	$(VENV)/bin/spark-submit --properties-file conf/spark-submit.conf jobs/sweeper.py \
