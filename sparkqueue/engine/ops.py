@@ -164,53 +164,8 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
                 sess.conf.set(st.USER_METADATA, CommitTag(
                     tag.op, tag.token, tuple(sorted({**dict(tag.extra), **counts}.items()))
                 ).json())
-            source = base.select(
-                "task_id",
-                *[c for c in base.columns if c.startswith("arg_")],
-                F.lit(who).alias("arg_owner"),
-                F.lit(uuid.uuid4().hex).alias("arg_token"),
-                *[col.alias(f"arg_{k}") for k, col in (extra or {}).items()],
-            )
-            sqlctx = sql_context(now, owner="s.arg_owner", token="s.arg_token")
-            clauses: list[st.When] = []
-            if op.guard:
-                guard = op.guard.format(**sqlctx)
-                if acking:
-                    guard = (f"CASE WHEN s.arg_ack THEN ({OWNED.format(**sqlctx)}) "
-                             f"ELSE ({guard}) END")
-                clauses.append(st.When("update", f"({guard}) IS NOT NULL",
-                                       {"task_id": st.raise_guard(guard)}))
-            if acking:
-                clauses.append(st.When("delete", "s.arg_ack"))
-            if op.delete_when:
-                clauses.append(st.When("delete", op.delete_when.format(**sqlctx)))
-            cond = f"NOT ({op.skip.format(**sqlctx)})" if op.skip else None
-            clauses.append(st.When("delete", cond) if op.action is None
-                           else st.When("update", cond, action_set(op, tag, sqlctx)))
-            if op.missing:
-                clauses.append(st.When("insert", None,
-                                       {"task_id": st.raise_missing(op.missing)}))
-            elif acking:
-                clauses.append(st.When("insert", "s.arg_ack",
-                                       {"task_id": st.raise_missing()}))
-            on = f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}"
-            try:
-                st.merge(sess, path, source, on, clauses)
-            except Exception as e:
-                failed = st.guard_failure(e)
-                if failed is None:
-                    raise
-                # only the acks' guard fails with an error kind (the op's says Stale)
-                raise (diagnose(ctx, ACK, acks, failed, who, now) if acks is not None
-                       else diagnose(ctx, op, base, failed, who, now)) from e
-            found = layout.commit_of(path, tag.token, before)
-            if found is None and chooser is not None:
-                # Delta commits no MERGE that changed nothing: every chosen row was
-                # removed (a take passes missing ids over) since the choice: choose again
-                raise st.StaleChoice(f"{op.name} on {ctx.name!r}: its choice is gone")
-            if found is None:
-                raise QueueError(f"commit tagged {tag.token} not found in the log of {path}")
-            version = found[0]
+            version = merge_source(ctx, sess, op, base, extra, (lo, hi), tag, acks, who, now,
+                                   before, chosen=chooser is not None)
         changes = layout.changed_at(
             ctx.name, version, tag.token, lo, hi, updates=op.action is not None,
             removable=chosen if op.action is None or op.delete_when else None,
@@ -228,6 +183,70 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     if result is not None:
         ctx.emit(result[0], event or op.name)
     return result
+
+
+def merge_source(ctx: TubeContext, sess: SparkSession, op: Op, base: DataFrame,
+                 extra: dict[str, Column] | None, bounds: tuple[int, int], tag: CommitTag,
+                 acks: DataFrame | None, who: str, now: float, before: int,
+                 chosen: bool) -> int:
+    """MERGE ``base`` (ids and ``arg_`` columns), with ``extra`` columns, the owner
+    ``who`` and a lease token, into the tasks table for ``op``, ids within
+    ``bounds``; the version committed. A failed guard becomes the typed error
+    naming every offending id; ``chosen``: the ids were a choice, which a
+    commit that changed nothing shows gone (choose again)."""
+    source = base.select(
+        "task_id",
+        *[c for c in base.columns if c.startswith("arg_")],
+        F.lit(who).alias("arg_owner"),
+        F.lit(uuid.uuid4().hex).alias("arg_token"),
+        *[col.alias(f"arg_{k}") for k, col in (extra or {}).items()],
+    )
+    path = ctx.layout.tasks(ctx.name)
+    lo, hi = bounds
+    on = f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}"
+    try:
+        st.merge(sess, path, source, on, merge_clauses(op, tag, now, acks is not None))
+    except Exception as e:
+        failed = st.guard_failure(e)
+        if failed is None:
+            raise
+        # only the acks' guard fails with an error kind (the op's says Stale)
+        raise (diagnose(ctx, ACK, acks, failed, who, now) if acks is not None
+               else diagnose(ctx, op, source, failed, who, now)) from e
+    found = ctx.layout.commit_of(path, tag.token, before)
+    if found is None and chosen:
+        # Delta commits no MERGE that changed nothing: every chosen row was
+        # removed (a take passes missing ids over) since the choice: choose again
+        raise st.StaleChoice(f"{op.name} on {ctx.name!r}: its choice is gone")
+    if found is None:
+        raise QueueError(f"commit tagged {tag.token} not found in the log of {path}")
+    return found[0]
+
+
+def merge_clauses(op: Op, tag: CommitTag, now: float, acking: bool) -> list[st.When]:
+    """The MERGE clauses of ``op`` (the source carries ``arg_owner``, ``arg_token``
+    and, with ``acking``, ``arg_ack`` for the acks riding along): the guard
+    that fails the commit, the change, and the ids with no row."""
+    sqlctx = sql_context(now, owner="s.arg_owner", token="s.arg_token")
+    clauses: list[st.When] = []
+    if op.guard:
+        guard = op.guard.format(**sqlctx)
+        if acking:
+            guard = f"CASE WHEN s.arg_ack THEN ({OWNED.format(**sqlctx)}) ELSE ({guard}) END"
+        clauses.append(st.When("update", f"({guard}) IS NOT NULL",
+                               {"task_id": st.raise_guard(guard)}))
+    if acking:
+        clauses.append(st.When("delete", "s.arg_ack"))
+    if op.delete_when:
+        clauses.append(st.When("delete", op.delete_when.format(**sqlctx)))
+    cond = f"NOT ({op.skip.format(**sqlctx)})" if op.skip else None
+    clauses.append(st.When("delete", cond) if op.action is None
+                   else st.When("update", cond, action_set(op, tag, sqlctx)))
+    if op.missing:
+        clauses.append(st.When("insert", None, {"task_id": st.raise_missing(op.missing)}))
+    elif acking:
+        clauses.append(st.When("insert", "s.arg_ack", {"task_id": st.raise_missing()}))
+    return clauses
 
 
 def sql_context(now: float, owner: str, token: str) -> dict[str, str]:
