@@ -36,9 +36,9 @@ demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
 	$(PY) jobs/demo.py --root $${DEMO_ROOT:-/tmp/sparkqueue-demo}
 
 # Two test workers (pytest-xdist), each with its own local Spark; the Spark Connect
-# tests stay on one of them (one server).
+# tests run in a pytest process of their own (tests/test_spark_connect.py).
 test: jars  ## set up, then run the whole test suite
-	$(PY) -m pytest -n 2 --dist loadgroup tests
+	$(PY) -m pytest -n 2 tests
 
 test-fast: setup  ## the pure-logic tests only: no JVM, seconds
 	$(PY) -m pytest -q tests/unit

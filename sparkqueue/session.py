@@ -60,7 +60,8 @@ def _submitted_conf() -> dict[str, str]:
 
 
 def remote_session(url: str) -> SparkSession:
-    """A Spark Connect session to ``url`` (``sc://host:port``)."""
+    """A Spark Connect session to ``url`` (``sc://host:port``). pyspark runs one kind
+    of session per process: not beside a classic one."""
     try:
         return SparkSession.builder.remote(url).getOrCreate()
     except Exception as e:

@@ -7,6 +7,7 @@ errors loudly: nothing here skips.
 from __future__ import annotations
 
 import fcntl
+import os
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,10 +28,18 @@ from sparkqueue.session import remote_session
 # of its own (OwnSubQueues). fifo runs it without a change feed (change_feed=False):
 # every verb's result is read from the tasks table either way, and this keeps both
 # kinds of table tested.
+#: Set in the pytest process that runs tests/connect (and only there).
+CONNECT_TESTS = "SPARKQUEUE_CONNECT_TESTS"
+
 DRIVERS = ["fifo", "fifottl", "limfifottl", "utube", "utubettl"]
 CONTRACT_OPTIONS: dict[str, dict[str, Any]] = {"fifo": {"change_feed": False},
                                                "limfifottl": {"capacity": 1000}}
 
+
+# pyspark runs one kind of session per process (its functions build classic or
+# Spark Connect columns by which it is), so the Spark Connect tests run in a pytest
+# process of their own: tests/test_spark_connect.py starts it.
+collect_ignore = [] if os.environ.get(CONNECT_TESTS) else ["connect"]
 
 #: The settings of the test Spark sessions that bear on speed (the local session's
 #: and the Spark Connect server's).
