@@ -24,6 +24,10 @@ With --scale it adds take(1,000) on a 10,000-task tube against the same on a
 --big-task tube (10,000,000 by default; both written straight into the tasks
 table, as put + ingest would leave them, see ``tasks_table``).
 
+The engines section (jobs/bench_engines.py) times take(1,000) and a Consumer
+drain on the accelerated engine, the portable one, and the portable one as a
+Spark Connect client of a local server, with their ratios.
+
 The sweep section times one sweeper pass over a 100,000-task and a
 10,000,000-task tube with 1% of the tasks due in each (--sweep-sizes).
 
@@ -39,7 +43,7 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
-    python jobs/benchmark.py --sections utube    # put,take,drain,utube (default: all)
+    python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines (default: all)
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/benchmark.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
@@ -51,19 +55,18 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import platform
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable
 from functools import partial
-from importlib.metadata import version
 from typing import Any
 
+from bench_engines import bench_engines, payload
+from bench_report import write_report
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -80,13 +83,6 @@ def timed(fn: Callable[[], Any]) -> float:
 
 def say(what: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
-
-
-def payload(spark: SparkSession, n: int) -> DataFrame:
-    return spark.range(n).select(
-        F.col("id").alias("n"),
-        F.concat(F.lit("https://example.com/item/"), F.col("id").cast("string")).alias("url"),
-    )
 
 
 def plain_table(spark: SparkSession, path: str, n: int, change_feed: bool = False) -> None:
@@ -321,55 +317,6 @@ def bench_sweep(spark: SparkSession, root: str, figures: dict[str, Any],
         figures[f"sweep_{big}_expire_s"] / figures[f"sweep_{small}_expire_s"])
 
 
-def git_commit() -> str:
-    """The commit this code is at, marked when the work tree has changes."""
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], capture_output=True, text=True,
-                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    return commit + (" with uncommitted changes" if git("status", "--porcelain") else "")
-
-
-def machine() -> str:
-    """Cores, memory, OS, Python and the Spark and Delta versions."""
-    memory = "?"
-    if os.path.exists("/proc/meminfo"):
-        with open("/proc/meminfo") as f:
-            kib = int(f.readline().split()[1])
-        memory = f"{kib / 2**20:.0f} GiB"
-    return (f"{os.cpu_count()} cores, {memory}, {platform.system()} {platform.machine()}, "
-            f"Python {platform.python_version()}, pyspark {version('pyspark')}, "
-            f"delta-spark {version('delta-spark')}")
-
-
-def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:
-    """Write one run as Markdown: when, at which commit, where, how, and every figure
-    (seconds, tasks per second) and ratio (time over the baseline's time)."""
-    ratios = {k: v for k, v in figures.items() if k.endswith("_ratio")}
-    values = {k: v for k, v in figures.items()
-              if k not in ratios and k not in ("machine", "cores", "date", "sparkqueue")}
-
-    def shown(v: Any) -> str:
-        return f"{v:,.3f}" if isinstance(v, float) else str(v)
-
-    lines = [
-        "# Benchmarks", "",
-        "Written by `make bench` (`jobs/benchmark.py --write BENCHMARKS.md`) from one run;",
-        "every figure is measured in that run, each against a plain-Delta baseline run",
-        "in the same process. What each figure is: the docstring of jobs/benchmark.py.",
-        "Ratios are time over the baseline's time (below 1: faster than the baseline).",
-        "", f"- date: {figures['date']}", f"- commit: {git_commit()}",
-        f"- machine: {machine()}",
-        f"- command: `python jobs/benchmark.py {' '.join(argv)}`", "",
-        "## Ratios", "", "| figure | ratio |", "| --- | ---: |",
-        *[f"| {k.removesuffix('_ratio')} | {shown(v)} |" for k, v in ratios.items()], "",
-        "## Figures", "", "| figure | value |", "| --- | ---: |",
-        *[f"| {k} | {shown(v)} |" for k, v in values.items()], "",
-    ]
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="sparkqueue against plain Delta")
     parser.add_argument("--rows", type=int, default=1_000_000)
@@ -378,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-batch", type=int, default=100_000)
     parser.add_argument("--scale", action="store_true", help="also take(1000) on a --big tube")
     parser.add_argument("--big", type=int, default=10_000_000)
-    parser.add_argument("--sections", default="put,take,drain,utube,sweep",
+    parser.add_argument("--sections", default="put,take,drain,utube,sweep,engines",
                         help="which to run, comma-separated: put,take,drain,utube,sweep")
     parser.add_argument("--sweep-sizes", default="100000,10000000",
                         help="tube sizes of the sweep benchmark (1%% of each due)")
@@ -405,7 +352,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"), "sparkqueue": sparkqueue.__version__,
     }
     sections = set(args.sections.split(","))
-    unknown = sections - {"put", "take", "drain", "utube", "sweep"}
+    unknown = sections - {"put", "take", "drain", "utube", "sweep", "engines"}
     if unknown:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     rows = payload(spark, args.rows).localCheckpoint(eager=True)
@@ -514,6 +461,11 @@ def main(argv: list[str] | None = None) -> int:
         bench_utube(spark, sq, root, figures,
                     [int(x) for x in args.utube_sizes.split(",")], args.utube_rounds,
                     args.repeat)
+
+    if "engines" in sections:
+        say(f"the portable engine beside the accelerated one, {args.rows} tasks")
+        figures.update(bench_engines(spark, f"{root}/engines", rows, args.drain_batch,
+                                     args.repeat))
 
     if "sweep" in sections:
         bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])

@@ -1,0 +1,135 @@
+"""The benchmark's engines section: the portable engine beside the accelerated one.
+
+In one run, on tubes of --rows tasks (fifottl, ingested first):
+
+- take(1,000): a median of --repeat runs after a warm-up run, each followed by
+  ``release_all``;
+- a drain of every task by a ``Consumer`` in batches of --drain-batch, in
+  tasks per second;
+
+for the accelerated engine and the portable one on the benchmark's classic
+session, and for the portable one as a Spark Connect client: a local Spark
+Connect server with Delta (:class:`sparkqueue.server.ConnectServer`) and a
+client process of its own (pyspark runs one kind of session per process),
+which runs this file with ``SPARK_REMOTE`` set. Ratios are each engine's time
+over the accelerated engine's.
+
+    python jobs/bench_engines.py --rows 1000000 --json out.json   # as a client: SPARK_REMOTE=...
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+import sparkqueue
+from sparkqueue.server import ConnectServer
+
+ENGINES = ("accelerated", "portable")
+
+
+def payload(spark: SparkSession, n: int) -> DataFrame:
+    """The benchmark's rows (as jobs/benchmark.py's)."""
+    return spark.range(n).select(
+        F.col("id").alias("n"),
+        F.concat(F.lit("https://example.com/item/"), F.col("id").cast("string")).alias("url"),
+    )
+
+
+def ready_tube(sq: sparkqueue.Queue, name: str, rows: DataFrame) -> sparkqueue.Tube:
+    """A fifottl tube holding ``rows`` as ready tasks, ingested (one take, released)."""
+    tube = sq.create_tube(name, "fifottl")
+    tube.put(rows)
+    tube.take(1)
+    tube.release_all()
+    return tube
+
+
+def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
+                 repeat: int) -> dict[str, float]:
+    """take(1000) and a Consumer drain on ``sq``'s engine; figures named ``prefix``..."""
+    figures: dict[str, float] = {}
+    tube = ready_tube(sq, f"{prefix}take", rows)
+    times = []
+    for i in range(repeat + 1):
+        took = time.perf_counter()
+        tube.take(1000)
+        took = time.perf_counter() - took
+        tube.release_all()
+        if i:  # the first run is the warm-up
+            times.append(took)
+    figures[f"{prefix}take_1000_s"] = statistics.median(times)
+    drained = ready_tube(sq, f"{prefix}drain", rows)
+    start = time.perf_counter()
+    done = sparkqueue.Consumer(drained, lambda b: None, batch_size=batch, take_timeout=0,
+                               idle_timeout=0).run().done
+    figures[f"{prefix}drain_s"] = time.perf_counter() - start
+    figures[f"{prefix}drain_tasks"] = done
+    figures[f"{prefix}drain_tasks_per_s"] = done / figures[f"{prefix}drain_s"]
+    return figures
+
+
+def bench_engines(spark: SparkSession, root: str, rows: DataFrame, batch: int, repeat: int,
+                  connect: bool = True) -> dict[str, float]:
+    """Both engines on ``spark`` (classic), then the portable one over Spark Connect."""
+    figures: dict[str, float] = {}
+    for engine in ENGINES:
+        sq = sparkqueue.connect(spark, f"{root}/{engine}", owner="bench", engine=engine)
+        figures.update(bench_engine(sq, rows, f"{engine}_", batch, repeat))
+    if connect:
+        figures.update(over_connect(root, rows.count(), batch, repeat))
+    base = figures["accelerated_take_1000_s"]
+    for name in ("portable", "connect"):
+        if f"{name}_take_1000_s" in figures:
+            figures[f"{name}_take_1000_ratio"] = figures[f"{name}_take_1000_s"] / base
+            figures[f"{name}_drain_ratio"] = (figures[f"{name}_drain_s"]
+                                              / figures["accelerated_drain_s"])
+    return figures
+
+
+def over_connect(root: str, n: int, batch: int, repeat: int) -> dict[str, float]:
+    """:func:`bench_engine` in a Spark Connect client process of a local server."""
+    out = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-connect-")) / "figures.json"
+    server = ConnectServer(conf={"spark.driver.memory": "6g"}, log=out.parent / "server.log")
+    with server:
+        subprocess.run(
+            [sys.executable, __file__, "--rows", str(n), "--drain-batch", str(batch),
+             "--repeat", str(repeat), "--root", f"{root}/connect", "--json", str(out)],
+            env={**os.environ, "SPARK_REMOTE": server.url}, check=True)
+    figures: dict[str, float] = json.loads(out.read_text())
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    """A Spark Connect client's run (``SPARK_REMOTE`` set): figures named ``connect_``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--drain-batch", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--root", required=True)
+    parser.add_argument("--json", required=True)
+    args = parser.parse_args(argv)
+    spark = sparkqueue.session(app_name="sparkqueue-benchmark-connect")
+    sq = sparkqueue.connect(spark, args.root, owner="bench")
+    rows = payload(spark, args.rows).localCheckpoint(eager=True)
+    figures: dict[str, Any] = {"connect_engine": sq.engine}
+    figures.update(bench_engine(sq, rows, "connect_", args.drain_batch, args.repeat))
+    Path(args.json).write_text(json.dumps({k: v for k, v in figures.items()
+                                           if not isinstance(v, str)}))
+    spark.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

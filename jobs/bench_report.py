@@ -1,0 +1,59 @@
+"""The benchmark's report: BENCHMARKS.md from one run's figures, with when, at which
+commit and on which machine they were measured."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from importlib.metadata import version
+from typing import Any
+
+
+def git_commit() -> str:
+    """The commit this code is at, marked when the work tree has changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True,
+                              cwd=os.path.dirname(os.path.abspath(__file__))).stdout.strip()
+    commit = git("rev-parse", "--short", "HEAD") or "unknown"
+    return commit + (" with uncommitted changes" if git("status", "--porcelain") else "")
+
+
+def machine() -> str:
+    """Cores, memory, OS, Python and the Spark and Delta versions."""
+    memory = "?"
+    if os.path.exists("/proc/meminfo"):
+        with open("/proc/meminfo") as f:
+            kib = int(f.readline().split()[1])
+        memory = f"{kib / 2**20:.0f} GiB"
+    return (f"{os.cpu_count()} cores, {memory}, {platform.system()} {platform.machine()}, "
+            f"Python {platform.python_version()}, pyspark {version('pyspark')}, "
+            f"delta-spark {version('delta-spark')}")
+
+
+def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:
+    """Write one run as Markdown: when, at which commit, where, how, and every figure
+    (seconds, tasks per second) and ratio (time over the baseline's time)."""
+    ratios = {k: v for k, v in figures.items() if k.endswith("_ratio")}
+    values = {k: v for k, v in figures.items()
+              if k not in ratios and k not in ("machine", "cores", "date", "sparkqueue")}
+
+    def shown(v: Any) -> str:
+        return f"{v:,.3f}" if isinstance(v, float) else str(v)
+
+    lines = [
+        "# Benchmarks", "",
+        "Written by `make bench` (`jobs/benchmark.py --write BENCHMARKS.md`) from one run;",
+        "every figure is measured in that run, each against a plain-Delta baseline run",
+        "in the same process. What each figure is: the docstring of jobs/benchmark.py.",
+        "Ratios are time over the baseline's time (below 1: faster than the baseline).",
+        "", f"- date: {figures['date']}", f"- commit: {git_commit()}",
+        f"- machine: {machine()}",
+        f"- command: `python jobs/benchmark.py {' '.join(argv)}`", "",
+        "## Ratios", "", "| figure | ratio |", "| --- | ---: |",
+        *[f"| {k.removesuffix('_ratio')} | {shown(v)} |" for k, v in ratios.items()], "",
+        "## Figures", "", "| figure | value |", "| --- | ---: |",
+        *[f"| {k} | {shown(v)} |" for k, v in values.items()], "",
+    ]
+    with open(path, "w") as f:
+        f.write("\n".join(lines))
