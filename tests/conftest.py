@@ -41,6 +41,13 @@ CONTRACT_OPTIONS: dict[str, dict[str, Any]] = {"fifo": {"change_feed": False},
 # process of their own: tests/test_spark_connect.py starts it.
 collect_ignore = [] if os.environ.get(CONNECT_TESTS) else ["connect"]
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that start other processes first: each runs for minutes, so with two
+    workers (pytest -n 2) they start at once and the short ones fill in after,
+    rather than one long test running alone at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 #: The settings of the test Spark sessions that bear on speed (the local session's
 #: and the Spark Connect server's).
 SMALL_DATA = {

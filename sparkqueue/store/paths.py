@@ -104,18 +104,28 @@ def tagging(spark: SparkSession, tag: CommitTag) -> Iterator[SparkSession]:
     a commit writes come from the caller's.
     """
     if not is_connect(spark):
-        sess = writer_session(spark)
-        sess.conf.set(USER_METADATA, tag.json())
-        yield sess
+        with _settings(writer_session(spark), {USER_METADATA: tag.json()}) as sess:
+            yield sess
         return
     with _LOCK:
         lock = _TAG_LOCKS.setdefault(id(spark), threading.RLock())
-    with lock:
-        settings = {USER_METADATA: tag.json(), **COMMIT_SETTINGS}
-        for name, value in settings.items():
-            spark.conf.set(name, value)
-        try:
-            yield spark
-        finally:
-            for name in settings:
+    with lock, _settings(spark, {USER_METADATA: tag.json(), **COMMIT_SETTINGS}) as sess:
+        yield sess
+
+
+@contextmanager
+def _settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[SparkSession]:
+    """``spark`` with ``settings`` for the block, then as it was: a block inside
+    another (an operation a callback or a test runs while one is under way, in
+    the same thread) leaves the outer one's tag in place."""
+    previous = {name: spark.conf.get(name, None) for name in settings}
+    for name, value in settings.items():
+        spark.conf.set(name, value)
+    try:
+        yield spark
+    finally:
+        for name, was in previous.items():
+            if was is None:
                 spark.conf.unset(name)
+            else:
+                spark.conf.set(name, was)
