@@ -45,7 +45,11 @@ def connect(spark: SparkSession | None = None, root: str | None = None, *,
     spark
         A SparkSession; ``None`` means :func:`sparkqueue.session`.
     root
-        Where the tubes live: a path or URI (``/data/queues``, ``s3a://b/q``).
+        Where the tubes live: a path or URI (``/data/queues``, ``s3a://b/q``),
+        or a catalog schema (``main.queues``, ``spark_catalog.queues``): the
+        tubes' tables are then managed tables of that schema, named
+        ``<tube>__inbox`` and ``<tube>__tasks`` (and ``sq_registry``,
+        ``sq_stats``); the schema is created when missing.
     owner
         The consumer identity stamped on leases; a fresh unique id by default.
         Two Queues with the same owner are the same consumer.
@@ -82,7 +86,7 @@ class Queue:
     def __init__(self, spark: SparkSession, root: str, *, owner: str, clock: Clock,
                  config: Config, engine: str | None = None) -> None:
         if not isinstance(root, str) or not root:
-            raise InvalidOption(f"root must be a non-empty path or URI, got {root!r}")
+            raise InvalidOption(f"root must be a path, a URI or a catalog schema, got {root!r}")
         self.spark = spark
         self.root = root
         self._owner = owner
@@ -214,14 +218,15 @@ class Queue:
     def _register(self, name: str, type_name: str, options: dict[str, Any]) -> bool:
         """Insert the registry row unless the name exists; True if this call inserted it."""
         tag = CommitTag.new("create")
+        # a catalog's table names ignore case: so do the names of its tubes
+        on = "lower(t.name) = lower(s.name)" if self._layout.catalog else "t.name = s.name"
 
         def attempt() -> bool:
             with self._layout.tagged(tag) as sess:
                 row = sess.createDataFrame(
                     [(name, type_name, json.dumps(options), float(time.time()))],
                     "name string, type string, options string, created double")
-                first = st.merge(sess, self._layout.registry, row, "t.name = s.name",
-                                 [st.When("insert_all")])
+                first = st.merge(sess, self._layout.registry, row, on, [st.When("insert_all")])
                 return bool(first is not None and int(first["num_inserted_rows"]) > 0)
         return st.retrying(attempt, deadline=time.monotonic() + self.config.conflict_timeout,
                            what=f"registering tube {name!r}")

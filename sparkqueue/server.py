@@ -56,6 +56,9 @@ class ConnectServer:
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.connect.grpc.binding.address": "127.0.0.1",
             "spark.connect.grpc.binding.port": str(self.port),
+            # this Python (which has sparkqueue) runs the server's Python workers:
+            # a streaming sink's foreachBatch function runs in one
+            "spark.pyspark.python": sys.executable,
             **(conf or {}),
         }
         self.log = Path(log or f"spark-connect-{self.port}.log")

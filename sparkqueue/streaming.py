@@ -13,11 +13,13 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.streaming.query import StreamingQuery
 
+from . import store as st
 from .engine import put as putting
+from .engine.context import TubeContext
 from .errors import InvalidOption, StorageError
 
 if TYPE_CHECKING:
@@ -41,21 +43,8 @@ def sink(tube: Tube, stream_df: DataFrame, checkpoint_location: str,
     if trigger is not None and not isinstance(trigger, dict):
         raise InvalidOption(f"trigger must be a dict for DataStreamWriter.trigger(**trigger), "
                             f"e.g. {{'availableNow': True}}; got {trigger!r}")
-    opts = putting.put_options(tube.context, **put_opts)
-    query_id: list[str] = []
-
-    def put_batch(batch: DataFrame, batch_id: int) -> None:
-        if not query_id:  # written by Spark when the query first started
-            metadata = f"{checkpoint_location.rstrip('/')}/metadata"
-            text = tube.context.layout.read_text(metadata)
-            if text is None:
-                raise StorageError(metadata, "the streaming query's checkpoint has no metadata")
-            query_id.append(json.loads(text)["id"])
-        ctx = tube.context
-        ctx.guarded(lambda: putting.write_put(ctx, batch, False, False, opts, "put",
-                                              txn=(f"sq-sink-{query_id[0]}", batch_id)))
-
-    writer = (stream_df.writeStream.foreachBatch(put_batch)
+    writer = (stream_df.writeStream
+              .foreachBatch(PutBatches(tube.context, checkpoint_location, put_opts))
               .option("checkpointLocation", checkpoint_location)
               .queryName(f"sparkqueue_sink_{tube.name}"))
     if trigger:
@@ -64,6 +53,57 @@ def sink(tube: Tube, stream_df: DataFrame, checkpoint_location: str,
         except (TypeError, ValueError) as e:
             raise InvalidOption(f"bad trigger {trigger!r}: {e}") from e
     return writer.start()
+
+
+class PutBatches:
+    """The ``foreachBatch`` function of :func:`sink`: each micro-batch one put,
+    idempotent by the query's id (``txnAppId``) and the batch id (``txnVersion``).
+
+    In a classic session it runs in this process, on the tube's own context.
+    Over Spark Connect the server pickles it and calls it in a Python worker
+    of its own (which must have sparkqueue installed), handing it batches of
+    a session of its own: what crosses is the tube's recipe (root, name,
+    driver, options, clock, settings, owner), from which it opens the tube
+    once on that session, with the portable engine. ``on_task_change`` is
+    not called there: the callback lives in the client.
+    """
+
+    _FIELDS = ("name", "type", "driver", "options", "clock", "config", "owner")
+
+    def __init__(self, ctx: TubeContext, checkpoint_location: str,
+                 put_opts: dict[str, Any]) -> None:
+        self.ctx: TubeContext | None = ctx
+        self.opts: putting.PutOptions | None = putting.put_options(ctx, **put_opts)
+        self.recipe = {k: getattr(ctx, k) for k in self._FIELDS}
+        self.root = ctx.layout.root
+        self.checkpoint = checkpoint_location.rstrip("/")
+        self.put_opts = put_opts
+        self.query_id: str | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """What a Spark Connect server's worker receives: no session, no live tube."""
+        return {**self.__dict__, "ctx": None, "opts": None}
+
+    def context(self, spark: SparkSession) -> tuple[TubeContext, putting.PutOptions]:
+        """The tube's context and put options; opened on ``spark`` when not yet open."""
+        if self.ctx is None or self.opts is None:
+            layout = st.Layout(spark, self.root, "portable")
+            layout.place(self.recipe["name"], self.recipe["options"].get("folder"))
+            self.ctx = TubeContext(**self.recipe, layout=layout, spark=spark,
+                                   emit=lambda tasks, event: None, registered=list)
+            self.opts = putting.put_options(self.ctx, **self.put_opts)
+        return self.ctx, self.opts
+
+    def __call__(self, batch: DataFrame, batch_id: int) -> None:
+        ctx, opts = self.context(batch.sparkSession)
+        if self.query_id is None:  # written by Spark when the query first started
+            metadata = f"{self.checkpoint}/metadata"
+            text = ctx.layout.read_text(metadata)
+            if text is None:
+                raise StorageError(metadata, "the streaming query's checkpoint has no metadata")
+            self.query_id = str(json.loads(text)["id"])
+        txn = (f"sq-sink-{self.query_id}", batch_id)
+        ctx.guarded(lambda: putting.write_put(ctx, batch, False, False, opts, "put", txn=txn))
 
 
 def changes(tube: Tube, starting_version: int | None) -> DataFrame:
@@ -86,7 +126,8 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     reader = tube.context.spark.readStream.format("delta").option("readChangeFeed", "true")
     if starting_version is not None:
         reader = reader.option("startingVersion", starting_version)
-    cdf = tube.context.guarded(lambda: reader.load(tube.context.layout.tasks(tube.name)))
+    ref = tube.context.layout.tasks(tube.name)
+    cdf = tube.context.guarded(lambda: reader.load(ref) if st.is_path(ref) else reader.table(ref))
     deleted = F.col("_change_type") == "delete"
     return (cdf.where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")
             .select(

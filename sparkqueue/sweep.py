@@ -117,8 +117,8 @@ def sweep_tube(queue: Queue, tube: Tube, sweep_id: str,
     )
     layout = tube.context.layout
     layout.create_stats_table(STATS_SCHEMA)
-    queue.spark.createDataFrame([snapshot], STATS_SCHEMA).write.format("delta") \
-        .mode("append").save(layout.stats)
+    st.append(queue.spark.createDataFrame([snapshot], STATS_SCHEMA).write.format("delta")
+              .mode("append"), layout.stats)
     progress(f"{tube.name}: snapshot written")
     return {**expired, "purged": purged, "compacted": compacted or 0,
             "vacuumed": vacuumed or 0}

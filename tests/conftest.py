@@ -93,6 +93,8 @@ def _local_session() -> SparkSession:
             # a session that lives through ~200 tests holds a Delta log (and its
             # cached state) per table it touched: 1g ran out of heap
             "spark.driver.memory": "4g",
+            # catalog tubes' managed tables (tests/test_catalog.py)
+            "spark.sql.warehouse.dir": tempfile.mkdtemp(prefix="sparkqueue-warehouse-"),
         },
     )
 
@@ -102,7 +104,9 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Connect
     """A local Spark Connect server with Delta (from pyspark's jars), for the tests of
     the portable engine as Spark Connect clients run it; stopped at the end."""
     log = tmp_path_factory.mktemp("connect") / "server.log"
-    server = ConnectServer(conf={**SMALL_DATA, "spark.driver.memory": "3g"}, log=log)
+    server = ConnectServer(conf={**SMALL_DATA, "spark.driver.memory": "3g",
+                                 "spark.sql.warehouse.dir": str(log.parent / "warehouse")},
+                           log=log)
     with one_start_at_a_time():
         server.start()
     try:

@@ -214,7 +214,7 @@ def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, in
     if first:
         writer = writer.option("mergeSchema", "true")
     try:
-        writer.save(ctx.layout.inbox(ctx.name))
+        st.append(writer, ctx.layout.inbox(ctx.name))
     except Exception as e:
         bad = BAD_ROW.search(str(e))
         if bad is not None:

@@ -38,6 +38,7 @@ from .filestats import (
     whole_files,
 )
 from .layout import ENGINES, Layout
+from .paths import append, read
 from .schema import (
     CHANGE_TYPE,
     FEW_FILES,
@@ -68,9 +69,10 @@ from .sql import (
     sql_num,
     without_ids,
 )
-from .tables import When, delete, merge, update, vacuum
+from .tables import When, delete, is_path, merge, update, vacuum
 
 __all__ = [
+    "append", "is_path", "read",
     "CHANGE_TYPE", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "MARKER",
     "PUBLIC_COLUMNS",
     "RUNS_INLINE", "STATS_COLUMNS", "TASK_COLUMNS", "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS",

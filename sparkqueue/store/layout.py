@@ -53,6 +53,7 @@ from .files import SparkFiles
 from .filestats import STATS_COLUMNS
 from .jvm import HadoopFiles, delta_classes, jvm_of
 from .log import LogReader
+from .paths import NO_TABLE, append
 from .schema import (
     CREATE_PATIENCE,
     INBOX_COLUMNS,
@@ -115,11 +116,14 @@ class Layout(LogReader):
         them (``TubeNotFound``) and let a new tube of the same name adopt their tasks."""
         if not self.exists(self.registry):
             orphans = self.tube_dirs()
+            where = f"schema {self.root}" if self.catalog else f"{self.root}/tubes"
             if orphans:
                 raise StorageError(self.registry, (
                     "the registry of tubes is missing, but tube tables exist under "
-                    f"{self.root}/tubes ({', '.join(orphans[:10])}): restore the registry "
+                    f"{where} ({', '.join(orphans[:10])}): restore the registry "
                     "table, or move those tubes away to start an empty queue here"))
+            if self.catalog:
+                self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.root}")
         _create_table(
             self.spark, self.registry,
             T.StructType([T.StructField("name", T.StringType()),
@@ -185,11 +189,10 @@ class Layout(LogReader):
         Spark jobs, about 0.5 s of a 30,000-task ingest's 1.6 s here): Delta
         4.4 reads transaction ids from the state, not from its checksum files.
         """
-        (ingest_frame(rows, cursor).write.format("delta").mode("append")
-         .option("txnAppId", INGEST_TXN).option("txnVersion", since.version)
-         .option("mergeSchema", "true")
-         .option("maxRecordsPerFile", schema.TASK_FILE_ROWS)
-         .save(self.tasks(tube)))
+        append(ingest_frame(rows, cursor).write.format("delta").mode("append")
+               .option("txnAppId", INGEST_TXN).option("txnVersion", since.version)
+               .option("mergeSchema", "true")
+               .option("maxRecordsPerFile", schema.TASK_FILE_ROWS), self.tasks(tube))
 
 
 
@@ -206,14 +209,15 @@ class Layout(LogReader):
         vector. ``schema``: the table's, or None when the files share one
         (it is then read from a file's footer).
         """
-        files = [re.sub(r"([\\{}\[\]*?])", r"\\\1", f"{path}/{unquote(n)}")  # not globs
+        where = self.table_path(path)
+        files = [re.sub(r"([\\{}\[\]*?])", r"\\\1", f"{where}/{unquote(n)}")  # not globs
                  for n in names]
         reader = (spark or self.spark).read
         return (reader if schema is None else reader.schema(schema)).parquet(*files)
 
     def exists(self, path: str) -> bool:
-        """Whether a Delta table is at ``path`` (its log has a commit)."""
-        return self.files.latest_version(path, -1) is not None
+        """Whether a Delta table is at ``path`` (its log has a commit), or by that name."""
+        return self.newest_version(path) is not None
 
     def delete_tube_dir(self, tube: str) -> None:
         """Delete a tube's folder (both its tables) and forget what was cached of it.
@@ -224,6 +228,11 @@ class Layout(LogReader):
         of its own (:meth:`free_folder`).
         """
         folder = self.tube_dir(tube)
+        if self.catalog:  # managed tables: dropping one deletes its files
+            for ref in (self.inbox(tube), self.tasks(tube)):
+                self.spark.sql(f"DROP TABLE IF EXISTS {sql_table(ref)}")
+                self.forget(ref)
+            return
         if not self.files.delete(folder):
             for path in (self.inbox(tube), self.tasks(tube)):
                 if self.exists(path):
@@ -246,14 +255,25 @@ class Layout(LogReader):
         of ``tube~1``, ``tube~2``, ... that holds none. (Where folders can be
         deleted, a tube's own: a leftover there is from a create cut short.)"""
         folder, n = tube, 0
-        while not self.files.deletes and self.exists(f"{self.root}/tubes/{folder}/inbox"):
+        deletes = self.files.deletes or self.catalog
+        while not deletes and self.exists(f"{self.root}/tubes/{folder}/inbox"):
             n += 1
             folder = f"{tube}~{n}"
         return folder
 
     def tube_dirs(self) -> list[str]:
-        """The names of the tube folders under the root, sorted (any file system)."""
-        return self.files.folders(f"{self.root}/tubes")
+        """The names of the tube folders under the root, sorted (any file system); in a
+        catalog, of the tubes whose tables are in the schema."""
+        if not self.catalog:
+            return self.files.folders(f"{self.root}/tubes")
+        try:
+            names = [str(r["tableName"]) for r in self.spark.sql(
+                f"SHOW TABLES IN {self.root}").collect() if not r["isTemporary"]]
+        except Exception as e:
+            if any(m in str(e) for m in NO_TABLE):
+                return []
+            raise
+        return sorted(n.removesuffix("__inbox") for n in names if n.endswith("__inbox"))
 
     def file_stats(self, path: str) -> list[dict[str, Any]]:
         """Per data file of the newest snapshot, what :func:`head_bound` reads.

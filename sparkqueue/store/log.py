@@ -49,7 +49,7 @@ class LogReader(Paths):
         it writes, and a Delta append to a missing table would make a new,
         empty one in its place, losing its tasks without a word.
         """
-        found = self.files.latest_version(path, self._versions.get(path, -1))
+        found = self.newest_version(path)
         if found is None:
             self._versions.pop(path, None)
             raise StorageError(path, "the Delta table is missing (no _delta_log): it was "
@@ -58,21 +58,41 @@ class LogReader(Paths):
         self._versions[path] = found
         return found
 
-    def forget(self, path_prefix: str) -> None:
-        """Drop cached versions of tables under ``path_prefix`` (a dropped tube)."""
+    def newest_version(self, ref: str) -> int | None:
+        """The newest version of the table ``ref``; None when there is none. (A
+        named table whose files are not where they were is looked up again.)"""
+        for _ in range(2):
+            where = self.location(ref)
+            found = None if where is None else self.files.latest_version(
+                where, self._versions.get(ref, -1))
+            if found is not None or where == ref or where is None:
+                return found
+            self.forget_location(ref)
+        return None
+
+    def forget(self, ref: str) -> None:
+        """Drop what is cached of table ``ref``, or of the tables in folder ``ref``
+        (a dropped tube)."""
+        def of(key: str) -> bool:
+            return key == ref or key.startswith(f"{ref}/")
         for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files):
-            for key in [k for k in cache if k.startswith(path_prefix)]:
+            for key in [k for k in cache if of(k)]:
                 del cache[key]
-        for tagged in [k for k in self._tag_values if k[0].startswith(path_prefix)]:
+        for tagged in [k for k in self._tag_values if of(k[0])]:
             del self._tag_values[tagged]
+        self.forget_location(ref)
+
+    def log_file(self, ref: str, name: str) -> str:
+        """The file ``name`` of the Delta log of the table ``ref``."""
+        return delta_log(self.table_path(ref), name)
 
     def commit_text(self, path: str, version: int) -> str | None:
         """The JSON commit file of ``version`` of the table at ``path`` (None: not there)."""
-        return self.files.read(delta_log(path, f"{version:020d}.json"))
+        return self.files.read(self.log_file(path, f"{version:020d}.json"))
 
     def commit_texts(self, path: str, versions: range) -> dict[int, str]:
         """:meth:`commit_text` of each of ``versions`` that is there (one read for all)."""
-        names = {delta_log(path, f"{v:020d}.json"): v for v in versions}
+        names = {self.log_file(path, f"{v:020d}.json"): v for v in versions}
         return {names[f]: t for f, t in self.files.read_many(list(names)).items()}
 
     def read_text(self, path: str) -> str | None:
@@ -244,7 +264,7 @@ class LogReader(Paths):
 
     def _checksum_files(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
         """:meth:`files_at` from the checksum file of ``version``, when it lists the files."""
-        text = self.files.read(delta_log(path, f"{version:020d}.crc"))
+        text = self.files.read(self.log_file(path, f"{version:020d}.crc"))
         if text is None:
             return None
         summary = json.loads(text)
@@ -286,7 +306,7 @@ class LogReader(Paths):
         """
         latest = self.latest_version(path)
         for version in range(latest, max(-1, latest - 5), -1):
-            text = self.files.read(delta_log(path, f"{version:020d}.crc"))
+            text = self.files.read(self.log_file(path, f"{version:020d}.crc"))
             if text is not None:
                 return int(json.loads(text).get("numFiles", -1))
         return -1

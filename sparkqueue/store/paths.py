@@ -2,22 +2,42 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
+from ..errors import InvalidOption, StorageError
 from .schema import USER_METADATA, CommitTag
+from .tables import is_path, sql_table
+
+#: A catalog root: ``schema`` or ``catalog.schema``, plain identifiers.
+CATALOG_ROOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
+#: What a catalog says of a table that is not there.
+NO_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND", "NoSuchTableException")
 
 
 class Paths:
-    """Where a root's tables are, and the sessions that write them."""
+    """Where a root's tables are, and the sessions that write them.
+
+    A root is a folder (a path or URI: tables by path, ``ROOT/tubes/<tube>/inbox``)
+    or a catalog schema (``catalog.schema``: managed tables by name,
+    ``<tube>__inbox``). Tables are named by *reference*, a path or a name, in
+    every Delta statement, read and write (:func:`read`, :func:`append`);
+    only the log's own files are read at a table's location (:meth:`location`).
+    """
 
     def __init__(self, spark: SparkSession, root: str) -> None:
         self.spark = spark
         self.root = root.rstrip("/")
+        self.catalog = not is_path(self.root)
+        if self.catalog and not CATALOG_ROOT.fullmatch(self.root):
+            raise InvalidOption(f"root {root!r} is neither a path or URI (/data/queues, "
+                                "s3a://bucket/queues) nor a catalog schema (catalog.schema)")
         self._folders: dict[str, str] = {}  # tube: its folder's name, where not the tube's
+        self._locations: dict[str, str] = {}  # table name: its location
 
     def place(self, tube: str, folder: str | None) -> None:
         """Where tube ``tube``'s tables are: ``tubes/<folder>`` (None: ``tubes/<tube>``).
@@ -30,21 +50,59 @@ class Paths:
 
     @property
     def registry(self) -> str:
-        return f"{self.root}/_registry"
+        return f"{self.root}.sq_registry" if self.catalog else f"{self.root}/_registry"
 
     @property
     def stats(self) -> str:
         """The statistics snapshots the sweeper appends (one row per tube per pass)."""
-        return f"{self.root}/_stats"
+        return f"{self.root}.sq_stats" if self.catalog else f"{self.root}/_stats"
 
     def inbox(self, tube: str) -> str:
-        return f"{self.tube_dir(tube)}/inbox"
+        return self._table(tube, "inbox")
 
     def tasks(self, tube: str) -> str:
-        return f"{self.tube_dir(tube)}/tasks"
+        return self._table(tube, "tasks")
+
+    def _table(self, tube: str, kind: str) -> str:
+        sep = "__" if self.catalog else "/"
+        return f"{self.tube_dir(tube)}{sep}{kind}"
 
     def tube_dir(self, tube: str) -> str:
-        return f"{self.root}/tubes/{self._folders.get(tube, tube)}"
+        """Where tube ``tube``'s tables are: its folder, or in a catalog the
+        prefix of its tables' names."""
+        folder = self._folders.get(tube, tube)
+        return f"{self.root}.{folder}" if self.catalog else f"{self.root}/tubes/{folder}"
+
+    def location(self, ref: str) -> str | None:
+        """Where the files of the table ``ref`` are: a path is its own; a table
+        name's is the catalog's answer (None: no such table), remembered."""
+        if is_path(ref):
+            return ref
+        found = self._locations.get(ref)
+        if found is None:
+            try:
+                rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {sql_table(ref)}").collect()
+            except Exception as e:
+                if any(m in str(e) for m in NO_TABLE):
+                    return None
+                raise
+            found = next((str(r[1]) for r in rows if r[0] == "Location"), None)
+            if found is None:
+                raise StorageError(ref, "the catalog gives this table no location")
+            self._locations[ref] = found
+        return found
+
+    def table_path(self, ref: str) -> str:
+        """:meth:`location` of a table that must be there."""
+        found = self.location(ref)
+        if found is None:
+            raise StorageError(ref, "the table is missing from the catalog: it was dropped "
+                               "outside sparkqueue; restore it, or drop() the tube")
+        return found
+
+    def forget_location(self, ref: str) -> None:
+        """Forget where table ``ref`` was (it was dropped, or may have moved)."""
+        self._locations.pop(ref, None)
 
     @contextmanager
     def tagged(self, tag: CommitTag) -> Iterator[SparkSession]:
@@ -52,12 +110,26 @@ class Paths:
         with tagging(self.spark, tag) as sess:
             yield sess
 
-    def read(self, path: str, spark: SparkSession | None = None,
+    def read(self, ref: str, spark: SparkSession | None = None,
              version: int | None = None) -> DataFrame:
-        reader = (spark or self.spark).read.format("delta")
-        if version is not None:
-            reader = reader.option("versionAsOf", version)
-        return reader.load(path)
+        """The Delta table ``ref`` (at ``version``, or the newest)."""
+        return read(spark or self.spark, ref, version)
+
+
+def read(spark: SparkSession, ref: str, version: int | None = None) -> DataFrame:
+    """The Delta table ``ref`` (a path or a table name) at ``version`` (None: newest)."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(ref) if is_path(ref) else reader.table(ref)
+
+
+def append(writer: DataFrameWriter, ref: str) -> None:
+    """Run ``writer`` (format, mode and options set) into the table ``ref``."""
+    if is_path(ref):
+        writer.save(ref)
+    else:
+        writer.saveAsTable(ref)
 
 
 #: Each thread's session for tagged commits, per classic session: (id of the

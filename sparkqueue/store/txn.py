@@ -135,7 +135,7 @@ class Accelerator:
         """A Delta transaction on the newest snapshot of ``path`` (Delta's internal API)."""
         jvm = self.jvm
         log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
-            self.spark._jsparkSession, path)
+            self.spark._jsparkSession, self.log.table_path(path))
         txn = log.startTransaction()
         if int(txn.snapshot().version()) < 0:  # its commit would create a new table
             self.log.latest_version(path)  # says what is wrong
@@ -256,7 +256,7 @@ class Accelerator:
         jvm = self.jvm
         try:
             log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
-                self.spark._jsparkSession, path)
+                self.spark._jsparkSession, self.log.table_path(path))
             empty = jvm.scala.Option.empty()
             snapshot = log.update(False, empty, empty)
             version = int(snapshot.version())
