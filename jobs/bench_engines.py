@@ -47,20 +47,32 @@ def payload(spark: SparkSession, n: int) -> DataFrame:
     )
 
 
-def ready_tube(sq: sparkqueue.Queue, name: str, rows: DataFrame) -> sparkqueue.Tube:
-    """A fifottl tube holding ``rows`` as ready tasks, ingested (one take, released)."""
-    tube = sq.create_tube(name, "fifottl")
-    tube.put(rows)
+def ingested(sq: sparkqueue.Queue, name: str, type_name: str, rows: DataFrame,
+             **options: Any) -> sparkqueue.Tube:
+    """A new tube holding ``rows`` as ready tasks, already ingested (one take, then
+    release_all), so that what is timed next does not include the ingest."""
+    tube = sq.create_tube(name, type_name, **options)
+    if tube.driver.uses_utube:
+        tube.put(rows, utube=F.col("q"))
+    else:
+        tube.put(rows)
     tube.take(1)
     tube.release_all()
     return tube
+
+
+def consume_all(tube: sparkqueue.Tube, n: int) -> int:
+    """What a worker runs: a Consumer (batches of n, each batch's acks committed with
+    the next take) until a take comes back empty; the number of tasks done."""
+    return sparkqueue.Consumer(tube, lambda batch: None, batch_size=n, take_timeout=0,
+                               idle_timeout=0).run().done
 
 
 def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
                  repeat: int) -> dict[str, float]:
     """take(1000) and a Consumer drain on ``sq``'s engine; figures named ``prefix``..."""
     figures: dict[str, float] = {}
-    tube = ready_tube(sq, f"{prefix}take", rows)
+    tube = ingested(sq, f"{prefix}take", "fifottl", rows)
     times = []
     for i in range(repeat + 1):
         took = time.perf_counter()
@@ -70,10 +82,9 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
         if i:  # the first run is the warm-up
             times.append(took)
     figures[f"{prefix}take_1000_s"] = statistics.median(times)
-    drained = ready_tube(sq, f"{prefix}drain", rows)
+    drained = ingested(sq, f"{prefix}drain", "fifottl", rows)
     start = time.perf_counter()
-    done = sparkqueue.Consumer(drained, lambda b: None, batch_size=batch, take_timeout=0,
-                               idle_timeout=0).run().done
+    done = consume_all(drained, batch)
     figures[f"{prefix}drain_s"] = time.perf_counter() - start
     figures[f"{prefix}drain_tasks"] = done
     figures[f"{prefix}drain_tasks_per_s"] = done / figures[f"{prefix}drain_s"]

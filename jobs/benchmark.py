@@ -65,7 +65,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from bench_engines import bench_engines, payload
+from bench_engines import bench_engines, consume_all, ingested, payload
 from bench_report import write_report
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -152,27 +152,6 @@ def drain_all(tube: sparkqueue.Tube, n: int, window: int | None = None) -> int:
             return done
         tube.ack(batch)
         done += got
-
-
-def ingested(sq: sparkqueue.Queue, name: str, type_name: str, rows: DataFrame,
-             **options: Any) -> sparkqueue.Tube:
-    """A new tube holding ``rows`` as ready tasks, already ingested (one take, then
-    release_all), so that what is timed next does not include the ingest."""
-    tube = sq.create_tube(name, type_name, **options)
-    if tube.driver.uses_utube:
-        tube.put(rows, utube=F.col("q"))
-    else:
-        tube.put(rows)
-    tube.take(1)
-    tube.release_all()
-    return tube
-
-
-def consume_all(tube: sparkqueue.Tube, n: int) -> int:
-    """What a worker runs: a Consumer (batches of n, each batch's acks committed with
-    the next take) until a take comes back empty; the number of tasks done."""
-    return sparkqueue.Consumer(tube, lambda batch: None, batch_size=n, take_timeout=0,
-                               idle_timeout=0).run().done
 
 
 def sub_queue_rows(spark: SparkSession, queues: int, each: int) -> DataFrame:

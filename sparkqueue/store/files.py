@@ -59,7 +59,6 @@ class SparkFiles:
     this way.
     """
 
-    name = "portable"
     deletes = False
 
     def __init__(self, spark: SparkSession) -> None:

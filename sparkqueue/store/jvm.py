@@ -61,7 +61,6 @@ class HadoopFiles:
     driver's JVM: a few JVM round trips a file, no Spark job (every operation
     reads the log, so this is most of what the accelerator saves)."""
 
-    name = "accelerated"
     deletes = True
 
     def __init__(self, spark: SparkSession, jvm: Any) -> None:

@@ -280,10 +280,11 @@ class Layout(LogReader):
 
         The statistics Delta keeps per file (row count, min/max per column),
         from :meth:`files_at`; where that does not know them, from the
-        snapshot's state through the accelerator (as data skipping does): no
-        data file opened, one small Spark job, plus the state's own rebuild
+        snapshot's state through the accelerator (as data skipping does), or
+        without it from the log's last checkpoint (:meth:`checkpoint_stats`):
+        no data file opened, one small Spark job, plus the state's own rebuild
         when no read of this version has cached it yet; later calls replay
-        only the commits made since. Without the accelerator, ``[]``: takes
+        only the commits made since. Where neither is known, ``[]``: takes
         then read every ready task. A table of at most schema.FEW_FILES files
         gets no statistics either: reading them all costs less than choosing
         among them.
@@ -292,7 +293,8 @@ class Layout(LogReader):
         if files is None:
             if 0 <= self.file_count(path) <= schema.FEW_FILES:
                 return []
-            loaded = None if self.accelerator is None else self.accelerator.load_file_stats(path)
+            loaded = (self.checkpoint_stats(path) if self.accelerator is None
+                      else self.accelerator.load_file_stats(path))
             if loaded is not None:
                 self._stats_by_file[path] = loaded
             files = None if loaded is None else loaded[1]

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 from ..errors import QueueError, StorageError
 from . import schema
-from .files import LogFiles, delta_log
+from .files import LogFiles, delta_log, is_missing_path
 from .filestats import file_entry, stats_of
 from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
@@ -261,6 +261,35 @@ class LogReader(Paths):
         if files is not None and (cached is None or version >= cached[0]):
             self._stats_by_file[path] = (version, files)
         return files
+
+    def checkpoint_stats(self, path: str) -> tuple[int, dict[str, dict[str, Any]]] | None:
+        """The newest version of ``path`` and :meth:`files_at` of it, from the Delta
+        log alone: its last checkpoint (a Parquet file listing every file with
+        its statistics, read in one Spark job) moved on through the commits
+        since. What the portable engine has where the accelerator reads a
+        snapshot's state. None where the checkpoint is not one classic
+        Parquet file (multi-part, V2) or a file it needs is gone."""
+        latest = self.latest_version(path)
+        text = self.files.read(self.log_file(path, "_last_checkpoint"))
+        base, files = -1, dict[str, dict[str, Any]]()
+        if text is not None:
+            last = json.loads(text)
+            if last.get("parts") or last.get("v2Checkpoint"):
+                return None
+            base = int(last["version"])
+            try:
+                rows = (self.spark.read
+                        .parquet(self.log_file(path, f"{base:020d}.checkpoint.parquet"))
+                        .where("add IS NOT NULL")
+                        .select("add.path", "add.size", "add.stats").collect())
+            except Exception as e:
+                if is_missing_path(e):
+                    return None
+                raise
+            files = {str(r["path"]): file_entry({"size": r["size"], "stats": r["stats"]})
+                     for r in rows}
+        found = self._replay(path, base, files, latest)
+        return None if found is None else (latest, found)
 
     def _checksum_files(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
         """:meth:`files_at` from the checksum file of ``version``, when it lists the files."""

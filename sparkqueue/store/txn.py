@@ -244,10 +244,6 @@ class Accelerator:
         rows = sum(int(files[name]["rows"] or 0) for name in names)
         return self._commit_actions(txn, actions, tag, deleted_rows=rows)
 
-    def txn_version(self, path: str, app_id: str) -> int:
-        """The version Delta's state records for transaction id ``app_id`` (0: none)."""
-        return max(0, int(self.start_transaction(path).txnVersion(app_id)))
-
     def load_file_stats(self, path: str,
                         ) -> tuple[int, dict[str, dict[str, Any]]] | None:
         """The newest snapshot's version and its files' statistics (as
