@@ -22,6 +22,7 @@ from types import TracebackType
 
 import pyspark
 
+from .config import load_config
 from .errors import QueueError
 from .session import delta_package
 
@@ -41,8 +42,9 @@ class ConnectServer:
     """One Spark Connect server process; :attr:`url` is what ``SPARK_REMOTE`` takes.
 
     ``conf``: more Spark settings for the server (``spark.driver.memory``,
-    ``spark.master``, ...). ``log``: where its output goes (a file beside the
-    working directory by default). A context manager: started on entry,
+    ``spark.master``, ...), over conf/sparkqueue.toml's ``[spark]`` ones.
+    ``log``: where its output goes (a file beside the working directory by
+    default). A context manager: started on entry,
     stopped on exit.
     """
 
@@ -52,6 +54,8 @@ class ConnectServer:
         self.conf = {
             "spark.master": "local[2]",
             "spark.ui.enabled": "false",
+            # conf/'s [spark] settings, as sparkqueue.session() gives a local session
+            **load_config().spark,
             "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
             "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
             "spark.connect.grpc.binding.address": "127.0.0.1",

@@ -74,11 +74,8 @@ def walk_a_catalog_tube(spark: SparkSession, engine: str | None, clock: FakeCloc
 
 
 def test_a_catalog_tube_on_the_accelerated_engine(spark: SparkSession, clock: FakeClock) -> None:
+    """(The portable engine's run is tests/connect/test_catalog_over_connect.py.)"""
     walk_a_catalog_tube(spark, None, clock)
-
-
-def test_a_catalog_tube_on_the_portable_engine(spark: SparkSession, clock: FakeClock) -> None:
-    walk_a_catalog_tube(spark, "portable", clock)
 
 
 def test_a_dropped_table_is_a_storage_error_and_nothing_is_made_in_its_place(
