@@ -11,12 +11,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from ..errors import QueueError, StorageError
 from . import schema
-from .files import LogFiles, delta_log, is_missing_path
+from .files import LogFiles, delta_log
 from .filestats import file_entry, stats_of
 from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
@@ -282,10 +283,8 @@ class LogReader(Paths):
                         .parquet(self.log_file(path, f"{base:020d}.checkpoint.parquet"))
                         .where("add IS NOT NULL")
                         .select("add.path", "add.size", "add.stats").collect())
-            except Exception as e:
-                if is_missing_path(e):
-                    return None
-                raise
+            except AnalysisException:  # gone, or written without statistics as JSON
+                return None
             files = {str(r["path"]): file_entry({"size": r["size"], "stats": r["stats"]})
                      for r in rows}
         found = self._replay(path, base, files, latest)
