@@ -123,11 +123,11 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
             starting_version, int) or starting_version < 0):
         raise InvalidOption(f"starting_version must be a table version (int >= 0), "
                             f"got {starting_version!r}")
-    reader = tube.context.spark.readStream.format("delta").option("readChangeFeed", "true")
+    options = {"readChangeFeed": "true"}
     if starting_version is not None:
-        reader = reader.option("startingVersion", starting_version)
+        options["startingVersion"] = str(starting_version)
     ref = tube.context.layout.tasks(tube.name)
-    cdf = tube.context.guarded(lambda: reader.load(ref) if st.is_path(ref) else reader.table(ref))
+    cdf = tube.context.guarded(lambda: st.read_stream(tube.context.spark, ref, options))
     deleted = F.col("_change_type") == "delete"
     return (cdf.where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")
             .select(

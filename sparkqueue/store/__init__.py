@@ -38,7 +38,7 @@ from .filestats import (
     whole_files,
 )
 from .layout import ENGINES, Layout
-from .paths import append, read
+from .paths import append, read, read_stream
 from .schema import (
     CHANGE_TYPE,
     FEW_FILES,
@@ -72,7 +72,7 @@ from .sql import (
 from .tables import When, delete, is_path, merge, update, vacuum
 
 __all__ = [
-    "append", "is_path", "read",
+    "append", "is_path", "read", "read_stream",
     "CHANGE_TYPE", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "MARKER",
     "PUBLIC_COLUMNS",
     "RUNS_INLINE", "STATS_COLUMNS", "TASK_COLUMNS", "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS",

@@ -97,6 +97,8 @@ class Layout(LogReader):
         super().__init__(spark, root, SparkFiles(spark) if jvm is None
                          else HadoopFiles(spark, jvm))
         self.accelerator = None if jvm is None else Accelerator(self, jvm)
+        # tasks table: its columns as its data files hold them (see task_file_schema)
+        self._file_schemas: dict[str, T.StructType] = {}
 
     @property
     def engine(self) -> str:
@@ -289,11 +291,12 @@ class Layout(LogReader):
         gets no statistics either: reading them all costs less than choosing
         among them.
         """
-        files = self.files_at(path, self.latest_version(path))
+        latest = self.latest_version(path)
+        files = self.files_at(path, latest)
         if files is None:
-            if 0 <= self.file_count(path) <= schema.FEW_FILES:
+            if 0 <= self.file_count(path, latest) <= schema.FEW_FILES:
                 return []
-            loaded = (self.checkpoint_stats(path) if self.accelerator is None
+            loaded = (self.checkpoint_stats(path, latest) if self.accelerator is None
                       else self.accelerator.load_file_stats(path))
             if loaded is not None:
                 self._stats_by_file[path] = loaded
@@ -382,7 +385,28 @@ class Layout(LogReader):
     def read_task_files(self, path: str, names: list[str], spark: SparkSession) -> DataFrame:
         """:meth:`read_files` for data files of a tasks table: its columns only (files
         Delta wrote with a change feed on carry its change columns too)."""
-        return self.read_files(path, names, None, spark).select(*TASK_TABLE_COLUMNS)
+        return (self.read_files(path, names, self.task_file_schema(path, spark), spark)
+                .select(*TASK_TABLE_COLUMNS))
+
+    def task_file_schema(self, path: str, spark: SparkSession) -> T.StructType | None:
+        """The columns of the tasks table at ``path``, for reading its data files
+        without a Spark job to infer them from a file; None until the table
+        has its payload column (the first put gives it, and no later one
+        changes it). Read from the Delta table's schema, once."""
+        found = self._file_schemas.get(path)
+        if found is None:
+            fields = self.read(path, spark).schema.fields
+            if "data" not in [f.name for f in fields]:
+                return None
+            found = T.StructType([f for f in fields if f.name in TASK_TABLE_COLUMNS])
+            self._file_schemas[path] = found
+        return found
+
+    def forget(self, ref: str) -> None:
+        """:meth:`LogReader.forget`, and the tasks table's columns."""
+        super().forget(ref)
+        for path in [p for p in self._file_schemas if p == ref or p.startswith(f"{ref}/")]:
+            del self._file_schemas[path]
 
 
 def _create_table(spark: SparkSession, path: str, schema: T.StructType,

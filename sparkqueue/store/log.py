@@ -263,14 +263,17 @@ class LogReader(Paths):
             self._stats_by_file[path] = (version, files)
         return files
 
-    def checkpoint_stats(self, path: str) -> tuple[int, dict[str, dict[str, Any]]] | None:
-        """The newest version of ``path`` and :meth:`files_at` of it, from the Delta
-        log alone: its last checkpoint (a Parquet file listing every file with
-        its statistics, read in one Spark job) moved on through the commits
-        since. What the portable engine has where the accelerator reads a
-        snapshot's state. None where the checkpoint is not one classic
-        Parquet file (multi-part, V2) or a file it needs is gone."""
-        latest = self.latest_version(path)
+    def checkpoint_stats(self, path: str, latest: int | None = None,
+                         ) -> tuple[int, dict[str, dict[str, Any]]] | None:
+        """Version ``latest`` of ``path`` (None: the newest) and :meth:`files_at` of
+        it, from the Delta log alone: its last checkpoint (a Parquet file
+        listing every file with its statistics, read in one Spark job) moved
+        on through the commits since. What the portable engine has where the
+        accelerator reads a snapshot's state. None where the checkpoint is not
+        one classic Parquet file (multi-part, V2), is newer than ``latest``,
+        or a file it needs is gone."""
+        if latest is None:
+            latest = self.latest_version(path)
         text = self.files.read(self.log_file(path, "_last_checkpoint"))
         base, files = -1, dict[str, dict[str, Any]]()
         if text is not None:
@@ -324,15 +327,17 @@ class LogReader(Paths):
                     files[action["add"]["path"]] = file_entry(action["add"])
         return files
 
-    def file_count(self, path: str) -> int:
-        """About how many data files the table has: the count in the newest of the
-        last few commits' checksum files (-1: none of them has one).
+    def file_count(self, path: str, latest: int | None = None) -> int:
+        """About how many data files the table has (at version ``latest``, None: the
+        newest): the count in the newest of the last few commits' checksum
+        files (-1: none of them has one).
 
         Delta writes ``<version>.crc`` with the table's file count beside most
         commits; reading it costs no Spark job (Delta's own accessor,
         ``numOfFilesIfKnown``, computes the snapshot's whole state for it).
         """
-        latest = self.latest_version(path)
+        if latest is None:
+            latest = self.latest_version(path)
         for version in range(latest, max(-1, latest - 5), -1):
             text = self.files.read(self.log_file(path, f"{version:020d}.crc"))
             if text is not None:

@@ -124,6 +124,12 @@ def read(spark: SparkSession, ref: str, version: int | None = None) -> DataFrame
     return reader.load(ref) if is_path(ref) else reader.table(ref)
 
 
+def read_stream(spark: SparkSession, ref: str, options: dict[str, str]) -> DataFrame:
+    """A streaming read of the Delta table ``ref`` (a path or a table name) with ``options``."""
+    reader = spark.readStream.format("delta").options(**options)
+    return reader.load(ref) if is_path(ref) else reader.table(ref)
+
+
 def append(writer: DataFrameWriter, ref: str) -> None:
     """Run ``writer`` (format, mode and options set) into the table ``ref``."""
     if is_path(ref):
