@@ -97,8 +97,6 @@ class Layout(LogReader):
         super().__init__(spark, root, SparkFiles(spark) if jvm is None
                          else HadoopFiles(spark, jvm))
         self.accelerator = None if jvm is None else Accelerator(self, jvm)
-        # tasks table: its columns as its data files hold them (see task_file_schema)
-        self._file_schemas: dict[str, T.StructType] = {}
 
     @property
     def engine(self) -> str:
@@ -401,12 +399,6 @@ class Layout(LogReader):
             found = T.StructType([f for f in fields if f.name in TASK_TABLE_COLUMNS])
             self._file_schemas[path] = found
         return found
-
-    def forget(self, ref: str) -> None:
-        """:meth:`LogReader.forget`, and the tasks table's columns."""
-        super().forget(ref)
-        for path in [p for p in self._file_schemas if p == ref or p.startswith(f"{ref}/")]:
-            del self._file_schemas[path]
 
 
 def _create_table(spark: SparkSession, path: str, schema: T.StructType,

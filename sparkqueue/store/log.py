@@ -14,6 +14,7 @@ from typing import Any
 from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from ..errors import QueueError, StorageError
 from . import schema
@@ -39,6 +40,8 @@ class LogReader(Paths):
         self._put_files: dict[str, tuple[Cursor, int, list[PutFile], int]] = {}
         # tasks path: (version, {data file: its statistics}), see files_at
         self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
+        # tasks path: its columns as its data files hold them, see Layout.task_file_schema
+        self._file_schemas: dict[str, T.StructType] = {}
         # (table path, tag key): (version read up to, value), see last_tag_value
         self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
 
@@ -76,7 +79,8 @@ class LogReader(Paths):
         (a dropped tube)."""
         def of(key: str) -> bool:
             return key == ref or key.startswith(f"{ref}/")
-        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files):
+        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files,
+                      self._file_schemas):
             for key in [k for k in cache if of(k)]:
                 del cache[key]
         for tagged in [k for k in self._tag_values if of(k[0])]:
