@@ -152,9 +152,11 @@ def purge(tube: Tube) -> int:
 
     The markers' DELETE conflicts only with ingests (appends, which never
     lose: the purge retries, and after PURGE_PATIENCE seconds of conflicts
-    leaves the rest for the next pass); the inbox's removal of whole files
-    (:meth:`Layout.purge_inbox`) reads no data, so by Delta's conflict rules
-    puts do not abort it.
+    leaves the rest for the next pass). The inbox's removal of whole files
+    (:meth:`Layout.purge_inbox`) through the accelerator reads no data, so
+    by Delta's conflict rules puts do not abort it; without it, a DELETE by
+    put token, which puts committing meanwhile do abort (the put wins, and
+    the purge retries the same way).
     """
     deadline = time.monotonic() + PURGE_PATIENCE
     removed = 0
@@ -181,12 +183,8 @@ def _purge_markers(tube: Tube) -> int:
 
 
 def _purge_inbox(tube: Tube) -> int:
-    """Without the accelerator, none: a DELETE would rewrite files that hold rows not
-    yet ingested, whose ids are their places in those files."""
     layout = tube.context.layout
-    if layout.accelerator is None:
-        return 0
-    return layout.accelerator.purge_inbox(tube.name, layout.cursor(tube.name))
+    return layout.purge_inbox(tube.name, layout.cursor(tube.name))
 
 
 # -- compaction and vacuum -------------------------------------------------------------

@@ -126,3 +126,33 @@ def test_an_ingest_from_a_cursor_already_ingested_from_is_skipped(sq: Queue,
     assert layout.latest_version(tasks) == before, "the late ingest was skipped"
     t.put({"n": 2})
     assert ids(t.take(3)) == [1, 2], "each task once; the next ingest goes on"
+
+
+def test_the_portable_purge_removes_whole_files_of_ingested_puts_only(
+        spark: SparkSession, root: str, clock: FakeClock) -> None:
+    """Without the accelerator the purge is a DELETE by put token: it removes the
+    files of ingested puts whole and leaves the rows not yet ingested in their
+    places, so their ids stay what their put returned."""
+    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    t = sq.create_tube("p", "fifo")
+    t.put(payloads(spark, 0, 6, files=2))
+    assert ids(t.take(2)) == [0, 1], "the first put is ingested"
+    assert ids(t.put(payloads(spark, 6, 9, files=2))) == [6, 7, 8]
+    inbox = t.context.layout.inbox("p")
+
+    def places() -> list[tuple[int, str, int]]:
+        return sorted((r["n"], r["file_name"], r["row_index"]) for r in spark.read.format("delta")
+                      .load(inbox).select("data.n", "_metadata.file_name", "_metadata.row_index")
+                      .collect())
+
+    waiting = [p for p in places() if p[0] >= 6]
+    assert purge(t) == 6, "the first put's rows"
+    log = Path(inbox.removeprefix("file:"), "_delta_log")
+    actions = [next(iter(json.loads(line))) for line in max(log.glob("*.json")).read_text()
+               .splitlines()]
+    assert "remove" in actions and "add" not in actions, "files removed whole, none rewritten"
+    assert places() == waiting, "the second put's rows kept their files and places"
+    assert purge(t) == 0, "nothing ingested is left"
+    assert ids(t.take(10)) == list(range(2, 9))
+    assert purge(t) == 4, "the second put's 3 rows and the cursor marker it superseded"
+    assert places() == []

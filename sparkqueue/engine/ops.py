@@ -161,9 +161,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
                 base = base.withColumn("arg_ack", F.lit(False)).unionByName(
                     acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
             if counts:
-                sess.conf.set(st.USER_METADATA, CommitTag(
-                    tag.op, tag.token, tuple(sorted({**dict(tag.extra), **counts}.items()))
-                ).json())
+                sess.conf.set(st.USER_METADATA, tag.adding(**counts).json())
             version = merge_source(ctx, sess, op, base, extra, (lo, hi), tag, acks, who, now,
                                    before, chosen=chooser is not None)
         changes = layout.changed_at(

@@ -126,6 +126,9 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
     tube_schema = payload_schema(ctx)
     frame, payload = payload_of(ctx, data, tube_schema)
     rows, put = put_rows(ctx, frame, payload, opts, urgent)
+    tag = CommitTag.new("put", put=put)
+    if inbox_has_tokens(ctx):
+        rows = rows.withColumn("put_token", F.lit(tag.token))
     capacity = int(ctx.default("capacity") or 0) if ctx.driver.uses_capacity else 0
     until = time.monotonic() + (opts.timeout or 0.0)
     adding = frame.count() if capacity else -1
@@ -145,12 +148,11 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
             # counts again: two puts never both count the same room.
             claim = layout.last_tag_value(inbox, CAPACITY_TXN) + 1
             wait_for_room(ctx, capacity, adding, until)
-            tag = CommitTag.new("put", put=put, **{CAPACITY_TXN: claim})
-            appended = append(ctx, rows, tag, (CAPACITY_TXN, claim), tube_schema is None)
+            appended = append(ctx, rows, tag.adding(**{CAPACITY_TXN: claim}),
+                              (CAPACITY_TXN, claim), tube_schema is None)
         else:
             if capacity:  # a sink's micro-batch: its own transaction id, counted unserialized
                 wait_for_room(ctx, capacity, adding, until)
-            tag = CommitTag.new("put", put=put)
             appended = append(ctx, rows, tag, txn, tube_schema is None)
         # read at the put's own version: the sweeper purges ingested inbox rows later
         found = [v for v, info in layout.commit_infos(inbox, before)
@@ -171,6 +173,14 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
         assert row is not None
         return Task.from_row(row)
     return created
+
+
+def inbox_has_tokens(ctx: TubeContext) -> bool:
+    """Whether the tube's inbox rows carry their put's token (``put_token``): every
+    inbox made since that column was added does. Read once."""
+    if ctx.put_tokens is None:
+        ctx.put_tokens = "put_token" in ctx.layout.read(ctx.layout.inbox(ctx.name)).columns
+    return ctx.put_tokens
 
 
 def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptions,

@@ -64,12 +64,15 @@ from .schema import (
     Cursor,
     parse_tag,
 )
-from .tables import ingest_frame, sql_table
+from .tables import delete, ingest_frame, sql_table
 from .txn import Accelerator
 
 #: The engines a Layout can run: Delta's SQL and Spark's readers only, or those
 #: with Delta's transaction API and Hadoop's FileSystem in the driver's JVM.
 ENGINES = ("portable", "accelerated")
+
+#: Puts named by one DELETE of a purge of the inbox (:meth:`Layout.purge_inbox`).
+PURGE_TOKENS = 1_000
 
 
 class Layout(LogReader):
@@ -300,6 +303,44 @@ class Layout(LogReader):
                 self._stats_by_file[path] = loaded
             files = None if loaded is None else loaded[1]
         return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
+
+    def purge_inbox(self, tube: str, cursor: Cursor) -> int:
+        """Remove the inbox rows of the puts up to ``cursor`` (ingested); rows removed.
+
+        The accelerator removes their files in one commit that reads no data.
+        Without it, a DELETE names the puts by the token each of their rows
+        carries (``put_token``): a put's rows fill whole files, so Delta
+        removes those files and rewrites none, and the rows not yet ingested
+        keep their places (half their task ids). The tokens deleted are those
+        in the table less those of the puts after ``cursor``, whose commits
+        are read after the table: a put the read saw is ingested or among
+        them. An inbox made before its rows carried tokens is left as it is.
+        """
+        if self.accelerator is not None:
+            return self.accelerator.purge_inbox(tube, cursor)
+        inbox = self.inbox(tube)
+        table = self.read(inbox)
+        if "put_token" not in table.columns:
+            return 0
+        present = {r[0] for r in table.where("put_token IS NOT NULL")
+                   .select("put_token").distinct().collect()}
+        tags = [parse_tag(info.get("userMetadata"))
+                for _, info in self.commit_infos(inbox, cursor.version)]
+        pending = {t.get("tok") for t in tags if t is not None and t["sq"] == "put"}
+        done = sorted(present - pending)
+        removed = 0
+        for at in range(0, len(done), PURGE_TOKENS):
+            chunk = ", ".join(f"'{t}'" for t in done[at:at + PURGE_TOKENS]
+                              if re.fullmatch(r"[0-9a-f]{32}", t))
+            if not chunk:
+                continue
+            tag = CommitTag.new("purge")
+            before = self.latest_version(inbox)
+            with self.tagged(tag) as sess:
+                delete(sess, inbox, f"put_token IN ({chunk})")
+            found = self.commit_of(inbox, tag.token, before)
+            removed += int((found or (0, {}))[1].get("numDeletedRows", 0))
+        return removed
 
     def last_tag_value(self, path: str, key: str) -> int:
         """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when

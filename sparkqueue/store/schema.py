@@ -74,8 +74,10 @@ TASK_TABLE_COLUMNS = [name for name, _ in TASK_COLUMNS] + ["data"]
 #: Columns of the inbox table besides ``data``: the options a put gave as
 #: Columns, one value per row (NULL: the put's tag has the value). task_id comes
 #: from the row's place in the log (:meth:`Layout.put_files`), everything else
-#: from the put's commit tag.
+#: from the put's commit tag. ``put_token`` is that tag's token, the same in every
+#: row of a put: what a DELETE of ingested puts names (:meth:`Layout.purge_inbox`).
 INBOX_COLUMNS: list[tuple[str, T.DataType]] = [
+    ("put_token", T.StringType()),
     ("pri", T.LongType()),
     ("utube", T.StringType()),
     ("ttl", T.DoubleType()),
@@ -139,6 +141,10 @@ class CommitTag:
     @classmethod
     def new(cls, op: str, **extra: Any) -> CommitTag:
         return cls(op, uuid.uuid4().hex, tuple(sorted(extra.items())))
+
+    def adding(self, **extra: Any) -> CommitTag:
+        """This tag, same token, with ``extra`` values added (or replaced)."""
+        return CommitTag(self.op, self.token, tuple(sorted({**dict(self.extra), **extra}.items())))
 
     def json(self) -> str:
         return json.dumps({"sq": self.op, "tok": self.token, **dict(self.extra)})

@@ -30,6 +30,7 @@ def test_a_sweep_over_connect_writes_expiry_down_once(
     counts = sq.sweep()
     assert {k: counts[k] for k in ("ttl", "ttr", "delay")} == {"ttl": 0, "ttr": 1, "delay": 1}
     assert counts["compacted"] == 0, "no compaction without the accelerator"
+    assert counts["purged"] == 4, "the ingested puts' inbox rows, by a DELETE"
     assert t.statistics() == before
     again = sq.sweep("t")
     assert {k: again[k] for k in ("ttl", "ttr", "delay")} == {"ttl": 0, "ttr": 0, "delay": 0}
