@@ -28,6 +28,11 @@ The engines section (jobs/bench_engines.py) times take(1,000) and a Consumer
 drain on the accelerated engine, the portable one, and the portable one as a
 Spark Connect client of a local server, with their ratios.
 
+The e2e section (jobs/bench_e2e.py) measures what a user waits for: drains in
+new processes from the first put call to the last ack (cold, then warm), put to
+takeable against a plain Delta append, and take(1) + ack(1) round trips against
+a one-row MERGE plus a one-row UPDATE.
+
 The sweep section times one sweeper pass over a 100,000-task and a
 10,000,000-task tube with 1% of the tasks due in each (--sweep-sizes).
 
@@ -43,7 +48,7 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
-    python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines (default: all)
+    python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines,e2e (all)
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/benchmark.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
@@ -65,6 +70,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from bench_e2e import Sizes, bench_e2e
 from bench_engines import bench_engines, consume_all, ingested, payload
 from bench_report import write_report
 from delta.tables import DeltaTable
@@ -304,8 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-batch", type=int, default=100_000)
     parser.add_argument("--scale", action="store_true", help="also take(1000) on a --big tube")
     parser.add_argument("--big", type=int, default=10_000_000)
-    parser.add_argument("--sections", default="put,take,drain,utube,sweep,engines",
-                        help="which to run, comma-separated: put,take,drain,utube,sweep")
+    parser.add_argument("--sections", default="put,take,drain,utube,sweep,engines,e2e",
+                        help="which to run, comma-separated: "
+                             "put,take,drain,utube,sweep,engines,e2e")
+    parser.add_argument("--e2e-big-rows", type=int, default=5_000_000,
+                        help="tasks of the end-to-end section's big drains (0: none)")
+    parser.add_argument("--e2e-big-batch", type=int, default=1_000_000)
+    parser.add_argument("--round-trip-rows", type=int, default=100_000,
+                        help="tasks in the tube of the take(1) + ack(1) round trips")
     parser.add_argument("--sweep-sizes", default="100000,10000000",
                         help="tube sizes of the sweep benchmark (1%% of each due)")
     parser.add_argument("--utube-sizes", default="1000,10000,150000",
@@ -331,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"), "sparkqueue": sparkqueue.__version__,
     }
     sections = set(args.sections.split(","))
-    unknown = sections - {"put", "take", "drain", "utube", "sweep", "engines"}
+    unknown = sections - {"put", "take", "drain", "utube", "sweep", "engines", "e2e"}
     if unknown:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     rows = payload(spark, args.rows).localCheckpoint(eager=True)
@@ -445,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
         say(f"the portable engine beside the accelerated one, {args.rows} tasks")
         figures.update(bench_engines(spark, f"{root}/engines", rows, args.drain_batch,
                                      args.repeat))
+
+    if "e2e" in sections:
+        say(f"end to end: drains of {args.rows} tasks in new processes, round trips")
+        figures.update(bench_e2e(spark, sq, f"{root}/e2e", Sizes(
+            args.rows, args.drain_batch, args.e2e_big_rows, args.e2e_big_batch,
+            args.round_trip_rows, args.repeat, args.driver_memory), say))
 
     if "sweep" in sections:
         bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])
