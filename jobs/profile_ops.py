@@ -27,17 +27,17 @@ from pyspark.sql import SparkSession
 import sparkqueue
 
 
-def job_descriptions(spark: SparkSession, group: str) -> list[str]:
-    """What each Spark job of job group ``group`` was for, in the order they ran."""
+def job_descriptions(spark: SparkSession, group: str, verb: str) -> list[str]:
+    """What each Spark job of job group ``group`` (described as ``verb``) was for, in
+    the order they ran: Delta's name for its own jobs, else sparkqueue's."""
     store = spark._jsparkSession.sparkContext().statusStore()
     tracker = spark.sparkContext.statusTracker()
     out = []
     for job in sorted(tracker.getJobIdsForGroup(group)):
-        text = str(store.job(job).description())
-        text = re.sub(r"^Some\((.*)\)$", r"\1", text)
-        # Delta prefixes its own jobs' names with "Delta: <the group's description>: "
-        out.append(re.sub(r"^(Delta: )+[^:]*: ", "", text) if text.startswith("Delta") else
-                   "sparkqueue (collect, write, read of results)")
+        text = re.sub(r"^Some\((.*)\)$", r"\1", str(store.job(job).description()))
+        text = re.sub(r"^(Delta: )+", "", text).removeprefix(verb).lstrip(":- ")
+        # a name Delta gives a stage of its command also carries the command's
+        out.append(text.removeprefix("Delta: ") or "sparkqueue (a read, write or collect)")
     return out
 
 
@@ -61,7 +61,7 @@ class Profile:
         start = time.perf_counter()
         result = fn()
         took = time.perf_counter() - start
-        self.runs[verb].append((took, job_descriptions(self.spark, group),
+        self.runs[verb].append((took, job_descriptions(self.spark, group, verb),
                                 self.commits() - before))
         self.spark.sparkContext.setJobGroup("", "")
         return result
