@@ -73,7 +73,8 @@ def drain(sq: sparkqueue.Queue, name: str, rows: DataFrame, batch: int,
             tube.ack(taken)
             done += got
     total = time.perf_counter() - start
-    figures = {"s": total, "tasks": float(done), "tasks_per_s": done / total, "put_s": put_s}
+    figures: dict[str, float] = {"s": total, "tasks": done, "tasks_per_s": done / total,
+                                 "put_s": put_s}
     if len(takes) >= 3:  # the first take ingests; the last one found nothing
         normal = statistics.median(takes[1:-1])
         figures["first_take_s"] = takes[0]
