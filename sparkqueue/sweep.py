@@ -155,8 +155,8 @@ def purge(tube: Tube) -> int:
     leaves the rest for the next pass). The inbox's removal of whole files
     (:meth:`Layout.purge_inbox`) through the accelerator reads no data, so
     by Delta's conflict rules puts do not abort it; without it, a DELETE by
-    put token, which puts committing meanwhile do abort (the put wins, and
-    the purge retries the same way).
+    put token, which by those rules puts committing meanwhile abort (the put
+    wins, the purge retries the same way; no race test shows it).
     """
     deadline = time.monotonic() + PURGE_PATIENCE
     removed = 0

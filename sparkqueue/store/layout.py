@@ -314,7 +314,8 @@ class Layout(LogReader):
         keep their places (half their task ids). The tokens deleted are those
         in the table less those of the puts after ``cursor``, whose commits
         are read after the table: a put the read saw is ingested or among
-        them. An inbox made before its rows carried tokens is left as it is.
+        them (and when one of those commits is gone from the log, nothing is
+        purged). An inbox made before its rows carried tokens is left as it is.
         """
         if self.accelerator is not None:
             return self.accelerator.purge_inbox(tube, cursor)
@@ -324,8 +325,11 @@ class Layout(LogReader):
             return 0
         present = {r[0] for r in table.where("put_token IS NOT NULL")
                    .select("put_token").distinct().collect()}
-        tags = [parse_tag(info.get("userMetadata"))
-                for _, info in self.commit_infos(inbox, cursor.version)]
+        latest = self.latest_version(inbox)
+        infos = self.commit_infos(inbox, cursor.version, upto=latest)
+        if [v for v, _ in infos] != list(range(cursor.version + 1, latest + 1)):
+            return 0  # a commit after the cursor is gone from the log: its puts unknown
+        tags = [parse_tag(info.get("userMetadata")) for _, info in infos]
         pending = {t.get("tok") for t in tags if t is not None and t["sq"] == "put"}
         done = sorted(present - pending)
         removed = 0
