@@ -35,21 +35,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from bench_engines import consume_all, ingested, payload
+from bench_engines import consume_all, ingested, payload, timed
 from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
 
 #: What a worker process runs (``--drain``): two drains, or plain appends alone.
 DRAINS = ("take_ack", "consumer", "plain")
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def drain(sq: sparkqueue.Queue, name: str, rows: DataFrame, batch: int,
@@ -113,7 +106,7 @@ def in_new_process(root: str, drain_kind: str, rows: int, batch: int, repeat: in
     out = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-e2e-")) / "figures.json"
     subprocess.run(
         [sys.executable, __file__, "--drain", drain_kind, "--rows", str(rows),
-         "--batch", str(batch), "--repeat", str(repeat), "--root", root,
+         "--drain-batch", str(batch), "--repeat", str(repeat), "--root", root,
          "--driver-memory", memory, "--json", str(out), *(["--warm"] if warm else [])],
         env=dict(os.environ), check=True)
     figures: dict[str, float] = json.loads(out.read_text())
@@ -194,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--drain", choices=DRAINS)
     parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--batch", "--drain-batch", dest="drain_batch", type=int,
+    parser.add_argument("--drain-batch", type=int,
                         default=100_000)
     parser.add_argument("--big-rows", type=int, default=5_000_000)
     parser.add_argument("--big-batch", type=int, default=1_000_000)

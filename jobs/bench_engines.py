@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +60,13 @@ def ingested(sq: sparkqueue.Queue, name: str, type_name: str, rows: DataFrame,
     tube.take(1)
     tube.release_all()
     return tube
+
+
+def timed(fn: Callable[[], Any]) -> float:
+    """Seconds ``fn()`` took."""
+    start = time.perf_counter()
+    fn()
+    return time.perf_counter() - start
 
 
 def consume_all(tube: sparkqueue.Tube, n: int) -> int:

@@ -66,12 +66,11 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from functools import partial
 from typing import Any
 
 from bench_e2e import Sizes, bench_e2e
-from bench_engines import bench_engines, consume_all, ingested, payload
+from bench_engines import bench_engines, consume_all, ingested, payload, timed
 from bench_report import write_report
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
@@ -79,12 +78,6 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue.store import TASK_FILE_ROWS
-
-
-def timed(fn: Callable[[], Any]) -> float:
-    start = time.perf_counter()
-    fn()
-    return time.perf_counter() - start
 
 
 def say(what: str) -> None:

@@ -50,8 +50,6 @@ class TubeContext:
     stats_cache: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
     #: the payload's schema, once known (only the first put sets it)
     schema: T.StructType | None = None
-    #: whether the inbox's rows carry their put's token, once known (see put.py)
-    put_tokens: bool | None = None
 
     def now(self) -> float:
         """The Queue's clock: every ttl, ttr, delay and lease is reckoned from it."""

@@ -127,7 +127,7 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
     frame, payload = payload_of(ctx, data, tube_schema)
     rows, put = put_rows(ctx, frame, payload, opts, urgent)
     tag = CommitTag.new("put", put=put)
-    if inbox_has_tokens(ctx):
+    if layout.inbox_has_tokens(ctx.name):
         rows = rows.withColumn("put_token", F.lit(tag.token))
     capacity = int(ctx.default("capacity") or 0) if ctx.driver.uses_capacity else 0
     until = time.monotonic() + (opts.timeout or 0.0)
@@ -174,13 +174,6 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
         return Task.from_row(row)
     return created
 
-
-def inbox_has_tokens(ctx: TubeContext) -> bool:
-    """Whether the tube's inbox rows carry their put's token (``put_token``): every
-    inbox made since that column was added does. Read once."""
-    if ctx.put_tokens is None:
-        ctx.put_tokens = "put_token" in ctx.layout.read(ctx.layout.inbox(ctx.name)).columns
-    return ctx.put_tokens
 
 
 def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptions,

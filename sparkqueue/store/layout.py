@@ -319,11 +319,10 @@ class Layout(LogReader):
         """
         if self.accelerator is not None:
             return self.accelerator.purge_inbox(tube, cursor)
-        inbox = self.inbox(tube)
-        table = self.read(inbox)
-        if "put_token" not in table.columns:
+        if not self.inbox_has_tokens(tube):
             return 0
-        present = {r[0] for r in table.where("put_token IS NOT NULL")
+        inbox = self.inbox(tube)
+        present = {r[0] for r in self.read(inbox).where("put_token IS NOT NULL")
                    .select("put_token").distinct().collect()}
         latest = self.latest_version(inbox)
         infos = self.commit_infos(inbox, cursor.version, upto=latest)
@@ -345,6 +344,16 @@ class Layout(LogReader):
             found = self.commit_of(inbox, tag.token, before)
             removed += int((found or (0, {}))[1].get("numDeletedRows", 0))
         return removed
+
+    def inbox_has_tokens(self, tube: str) -> bool:
+        """Whether the inbox rows of ``tube`` carry their put's token (``put_token``):
+        every inbox made since the column was added does; puts write it and
+        the portable purge deletes by it. Read from the table's schema, once."""
+        inbox = self.inbox(tube)
+        found = self._put_tokens.get(inbox)
+        if found is None:
+            found = self._put_tokens[inbox] = "put_token" in self.read(inbox).columns
+        return found
 
     def last_tag_value(self, path: str, key: str) -> int:
         """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when

@@ -42,6 +42,8 @@ class LogReader(Paths):
         self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
         # tasks path: its columns as its data files hold them, see Layout.task_file_schema
         self._file_schemas: dict[str, T.StructType] = {}
+        # inbox path: whether its rows carry their put's token, see Layout.inbox_has_tokens
+        self._put_tokens: dict[str, bool] = {}
         # (table path, tag key): (version read up to, value), see last_tag_value
         self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
 
@@ -80,7 +82,7 @@ class LogReader(Paths):
         def of(key: str) -> bool:
             return key == ref or key.startswith(f"{ref}/")
         for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files,
-                      self._file_schemas):
+                      self._file_schemas, self._put_tokens):
             for key in [k for k in cache if of(k)]:
                 del cache[key]
         for tagged in [k for k in self._tag_values if of(k[0])]:
