@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sparkqueue import Queue, Tube, store
+from sparkqueue import Queue, QueueError, Tube, store
 from sparkqueue.engine import ops
+from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
 from .conftest import ids
@@ -104,3 +105,40 @@ def test_a_take_of_whole_files_of_ready_tasks_chooses_without_a_spark_job(
     assert sorted((r["task_id"], r["status"]) for r in batch.collect()) == [
         (i, "taken") for i in range(6)]
     assert t.take(1).count() == 0
+
+
+def test_a_take_that_acks_in_its_commit_chooses_whole_files_from_statistics(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A consumer's take that carries the previous batch's acks chooses its range
+    from file statistics too (no Spark job before its MERGE); an ack of a task
+    in that range, which the acker does not hold, is refused with a typed error."""
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)  # statistics even for a few files
+    t = sq.create_tube("riding", "fifottl")
+    t.put([{"n": i} for i in range(3)])
+    who = t.context.who(None)
+    assert ids(t.take(3)) == [0, 1, 2]  # a file of their own, all taken
+    t.put([{"n": i} for i in range(3, 6)])
+    ingest(t.context)
+    layout = t.context.layout
+    layout.file_stats(layout.tasks("riding"))  # read once per process, then replayed
+    tracker = spark.sparkContext.statusTracker()
+    jobs: list[int] = []
+    original = ops.merge_source
+
+    def merge_source(*args: Any, **kwargs: Any) -> int:
+        jobs.append(len(tracker.getJobIdsForGroup(None)))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ops, "merge_source", merge_source)
+    before = len(tracker.getJobIdsForGroup(None))
+    batch = taking.take(t.context, 3, 0.0, who, 1, acking=[0, 1, 2])
+    assert jobs == [before], "chosen from file statistics"
+    assert sorted((r["task_id"], r["status"]) for r in batch.collect()) == [
+        (3, "taken"), (4, "taken"), (5, "taken")]
+    assert t.peek([0, 1, 2]).count() == 0, "acked in the same commit"
+
+    t.put([{"n": 6}, {"n": 7}])
+    ingest(t.context)
+    with pytest.raises(QueueError, match="6"):
+        taking.take(t.context, 2, 0.0, who, 1, acking=[6])
+    assert t.meta(6)["status"] == "ready" and t.meta(7)["status"] == "ready"

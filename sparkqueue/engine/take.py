@@ -3,6 +3,7 @@ UPDATE of consecutive ids, a MERGE of a choice)."""
 
 from __future__ import annotations
 
+import bisect
 import time
 import uuid
 from typing import Any
@@ -45,10 +46,10 @@ def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
             files = file_stats(ctx)
             if files is not None and not any(st.may_hold_ready(f, now) for f in files):
                 return None  # nothing can be ready: no Spark job
-            if files is not None and ctx.driver.head_only and not gone:
+            if files is not None and ctx.driver.head_only:
                 head = st.ready_head(files, now, n)
-                if head is not None:  # whole files of ready tasks: no Spark job
-                    return head
+                if head is not None and not overlaps(head, gone):
+                    return head  # whole files of ready tasks: no Spark job
             rows, near_head = candidates(ctx, now, n, gone)
             chosen = ctx.driver.choose(rows, n, win)
             if near_head:  # enough free heads near the head, or choose from all
@@ -180,6 +181,19 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         *st.PUBLIC_COLUMNS)
     ctx.emit(result, "take")
     return result
+
+
+def overlaps(ids: tuple[int, int], acking: list[int] | None) -> bool:
+    """Whether a take's range of ids holds any of the ids its commit acks (sorted).
+
+    Those were taken, so a range of rows stored ready holds none unless an
+    ack names a task it does not hold: the MERGE's guard then refuses the
+    ack, which a row both chosen and acked would turn into Delta's error
+    of two source rows for one target row."""
+    if not acking:
+        return False
+    at = bisect.bisect_left(acking, ids[0])
+    return at < len(acking) and acking[at] <= ids[1]
 
 
 def file_stats(ctx: TubeContext) -> list[dict[str, Any]] | None:
