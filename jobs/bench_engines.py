@@ -62,6 +62,11 @@ def ingested(sq: sparkqueue.Queue, name: str, type_name: str, rows: DataFrame,
     return tube
 
 
+def say(what: str) -> None:
+    """A progress line on stderr, with the time."""
+    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
+
+
 def timed(fn: Callable[[], Any]) -> float:
     """Seconds ``fn()`` took."""
     start = time.perf_counter()

@@ -20,9 +20,10 @@ Prints, in one run:
   on (a tube's tasks table has it on: ``Tube.changes`` reads it); the Consumer
   drain also on a tube created with ``change_feed=False``.
 
-With --scale it adds take(1,000) on a 10,000-task tube against the same on a
---big-task tube (10,000,000 by default; both written straight into the tasks
-table, as put + ingest would leave them, see ``tasks_table``).
+These three sections are in jobs/bench_verbs.py. With --scale it adds
+take(1,000) on a 10,000-task tube against the same on a --big-task tube
+(10,000,000 by default; both written straight into the tasks table, as
+put + ingest would leave them, see ``tasks_table``).
 
 The engines section (jobs/bench_engines.py) times take(1,000) and a Consumer
 drain on the accelerated engine, the portable one, and the portable one as a
@@ -70,87 +71,14 @@ from functools import partial
 from typing import Any
 
 from bench_e2e import Sizes, bench_e2e
-from bench_engines import bench_engines, consume_all, ingested, payload, timed
+from bench_engines import bench_engines, consume_all, ingested, payload, say, timed
 from bench_report import write_report
-from delta.tables import DeltaTable
+from bench_verbs import bench_drain, bench_put, bench_take, drain_all, take_tubes
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue.store import TASK_FILE_ROWS
-
-
-def say(what: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {what}", file=sys.stderr, flush=True)
-
-
-def plain_table(spark: SparkSession, path: str, n: int, change_feed: bool = False) -> None:
-    """A plain Delta table with one row per task, shaped like a queue (the MERGE baseline);
-    with ``change_feed``, Delta's change data feed on (as a tube's tasks table has it)."""
-    (payload(spark, n).select(
-        F.col("n").alias("id"), F.lit("ready").alias("status"), F.lit(0).cast("long").alias("pri"),
-        F.lit(None).cast("string").alias("owner"), F.lit(0.0).alias("lease_end"),
-        F.struct("n", "url").alias("data"))
-     .write.format("delta").mode("overwrite").save(path))
-    if change_feed:
-        spark.sql(f"ALTER TABLE delta.`{path}` "
-                  "SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
-
-
-def plain_take(spark: SparkSession, path: str, n: int) -> None:
-    """The hand-written take: MERGE flipping the n lowest-id ready rows."""
-    table = DeltaTable.forPath(spark, path)
-    chosen = (spark.read.format("delta").load(path).where("status = 'ready'")
-              .orderBy("pri", "id").limit(n).select(F.col("id").alias("sid"))
-              .localCheckpoint(eager=True))
-    (table.alias("t").merge(chosen.alias("s"), "t.id = s.sid")
-     .whenMatchedUpdate(condition="t.status = 'ready'",
-                        set={"status": "'taken'", "owner": "'bench'",
-                             "lease_end": F.lit(time.time() + 60)})
-     .execute())
-
-
-def plain_drain(spark: SparkSession, path: str, n: int) -> int:
-    """The hand-written drain: per batch one MERGE that deletes the previous batch (its
-    ack) and flips the n lowest-id ready rows (the next take), bounded by the source's
-    ids; the last batch's delete comes with the empty take. The number of rows deleted."""
-    table = DeltaTable.forPath(spark, path)
-    done, taken = 0, spark.createDataFrame([], "sid long")
-    while True:
-        ready = (spark.read.format("delta").load(path).where("status = 'ready'")
-                 .orderBy("pri", "id").limit(n).select(F.col("id").alias("sid")))
-        source = (ready.withColumn("ack", F.lit(False))
-                  .unionByName(taken.withColumn("ack", F.lit(True)))
-                  .localCheckpoint(eager=True))
-        row = source.agg(F.min("sid"), F.max("sid"), F.count(F.when(F.col("ack"), 1))).first()
-        assert row is not None
-        if row[0] is None:
-            return done
-        (table.alias("t").merge(source.alias("s"),
-                                f"t.id = s.sid AND t.id >= {row[0]} AND t.id <= {row[1]}")
-         .whenMatchedDelete(condition="s.ack")
-         .whenMatchedUpdate(condition="t.status = 'ready'",
-                            set={"status": "'taken'", "owner": "'bench'",
-                                 "lease_end": F.lit(time.time() + 60)})
-         .execute())
-        done += int(row[2])
-        taken = source.where("NOT ack").select("sid")
-
-
-def release_all_plain(spark: SparkSession, path: str) -> None:
-    DeltaTable.forPath(spark, path).update("status = 'taken'", {"status": "'ready'"})
-
-
-def drain_all(tube: sparkqueue.Tube, n: int, window: int | None = None) -> int:
-    """take(n) + ack until the tube is empty; the number of tasks done."""
-    done = 0
-    while True:
-        batch = tube.take(n, window=window) if window else tube.take(n)
-        got = batch.count()
-        if not got:
-            return done
-        tube.ack(batch)
-        done += got
 
 
 def sub_queue_rows(spark: SparkSession, queues: int, each: int) -> DataFrame:
@@ -295,7 +223,23 @@ def bench_sweep(spark: SparkSession, root: str, figures: dict[str, Any],
         figures[f"sweep_{big}_expire_s"] / figures[f"sweep_{small}_expire_s"])
 
 
-def main(argv: list[str] | None = None) -> int:
+def bench_scale(spark: SparkSession, sq: sparkqueue.Queue, big: int, repeat: int,
+                figures: dict[str, Any]) -> None:
+    """take(1000) on a 10,000-task tube against the same on a ``big``-task tube."""
+    for size in (10_000, big):
+        say(f"take(1000) on a tube of {size} tasks")
+        scaled = tasks_table(spark, sq, f"scale{size}", size)
+        times = []
+        for _ in range(repeat + 1):  # the first run is the warm-up
+            times.append(timed(partial(scaled.take, 1000)))
+            scaled.release_all()
+        figures[f"take_1000_on_{size}_s"] = statistics.median(times[1:])
+    figures["take_1000_scale_ratio"] = (
+        figures[f"take_1000_on_{big}_s"] / figures["take_1000_on_10000_s"])
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line; unknown sections are refused."""
     parser = argparse.ArgumentParser(description="sparkqueue against plain Delta")
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
@@ -325,6 +269,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="for a local run started with plain python (spark-submit: "
                              "use its --driver-memory)")
     args = parser.parse_args(argv)
+    unknown = set(args.sections.split(",")) - {
+        "put", "take", "drain", "utube", "sweep", "engines", "e2e"}
+    if unknown:
+        parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
 
     root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-")
     spark = sparkqueue.session(app_name="sparkqueue-benchmark",
@@ -336,110 +289,16 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"), "sparkqueue": sparkqueue.__version__,
     }
     sections = set(args.sections.split(","))
-    unknown = sections - {"put", "take", "drain", "utube", "sweep", "engines", "e2e"}
-    if unknown:
-        parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     rows = payload(spark, args.rows).localCheckpoint(eager=True)
 
     if sections & {"put", "take"}:
-        say(f"put of {args.rows} rows against a plain append")
-        # put against a plain append of the same rows. Both go to an existing table
-        # that already has the payload's schema (a tube's first put adds the payload
-        # column, once), after a warm-up of each code path.
-        sq.create_tube("warm", "fifottl").put(payload(spark, 1000))
-        payload(spark, 1000).write.format("delta").save(f"{root}/warm_plain")
-        # Each a median of --repeat runs after a warm-up run, in alternating order, so
-        # that neither pays alone for the first write of this shape (the JIT's warm-up).
-        # Beside them, a put of one row against an append of one row: what every put
-        # pays whatever its size (a streaming sink's micro-batches are many small puts).
-        puts = sq.create_tube("puts", "fifottl")
-        puts.put(payload(spark, 1))
-        payload(spark, 1).write.format("delta").save(f"{root}/plain_append")
-        one = payload(spark, 1).localCheckpoint(eager=True)
-        # A limfifottl tube's puts count its live tasks and commit in turn (a Delta
-        # transaction id): what that costs, against the same puts into a fifottl tube.
-        capped = sq.create_tube("capped", "limfifottl", capacity=10**15)
-        capped.put(payload(spark, 1))
-        put_times: dict[str, list[float]] = {
-            "put": [], "append": [], "put_1": [], "append_1": [], "capped_put": [],
-            "capped_put_1": []}
-        for i in range(args.repeat + 1):
-            runs = [("put", lambda: puts.put(rows)),
-                    ("append", lambda: rows.write.format("delta").mode("append")
-                     .save(f"{root}/plain_append")),
-                    ("put_1", lambda: puts.put(one)),
-                    ("append_1", lambda: one.write.format("delta").mode("append")
-                     .save(f"{root}/plain_append")),
-                    ("capped_put", lambda: capped.put(rows)),
-                    ("capped_put_1", lambda: capped.put(one))]
-            for key, run in runs if i % 2 else reversed(runs):
-                took = timed(run)
-                if i:  # the first round is the warm-up
-                    put_times[key].append(took)
-        for key, times in put_times.items():
-            figures[f"{key}_s"] = statistics.median(times)
-        figures["put_ratio"] = figures["put_s"] / figures["append_s"]
-        figures["put_1_ratio"] = figures["put_1_s"] / figures["append_1_s"]
-        figures["capped_put_ratio"] = figures["capped_put_s"] / figures["put_s"]
-        figures["capped_put_1_ratio"] = figures["capped_put_1_s"] / figures["put_1_s"]
-        tube = sq.create_tube("bench", "fifottl")  # the take section's 1,000,000 tasks
-        tube.put(rows)
-
-        # the first take moves the puts from the inbox into the tasks table: report it apart
-        figures["first_take_with_ingest_s"] = timed(lambda: tube.take(1))
-        tube.release_all()
-        # the same tasks in a tube that keeps no change feed (change_feed=False)
-        no_feed = ingested(sq, "bench_no_feed", "fifottl", rows, change_feed=False)
-
+        bench_put(spark, sq, root, rows, args.rows, args.repeat, figures)
+        tubes = take_tubes(sq, rows, figures)
     if "take" in sections:
-        plain_table(spark, f"{root}/plain_tasks", args.rows)
-        for n in (int(x) for x in args.takes.split(",")):
-            say(f"take({n}) against the hand-written MERGE")
-            # time only the take: a release after each run keeps the table the same
-            take_times, no_feed_times, merge_times = [], [], []
-            for i in range(args.repeat + 1):
-                t = timed(partial(tube.take, n))
-                tube.release_all()
-                f = timed(partial(no_feed.take, n))
-                no_feed.release_all()
-                m = timed(partial(plain_take, spark, f"{root}/plain_tasks", n))
-                release_all_plain(spark, f"{root}/plain_tasks")
-                if i:  # the first round is the warm-up
-                    take_times.append(t)
-                    no_feed_times.append(f)
-                    merge_times.append(m)
-            figures[f"take_{n}_s"] = statistics.median(take_times)
-            figures[f"take_{n}_no_feed_s"] = statistics.median(no_feed_times)
-            figures[f"merge_{n}_s"] = statistics.median(merge_times)
-            figures[f"take_{n}_ratio"] = figures[f"take_{n}_s"] / figures[f"merge_{n}_s"]
-            figures[f"take_{n}_no_feed_ratio"] = (
-                figures[f"take_{n}_no_feed_s"] / figures[f"merge_{n}_s"])
-
+        bench_take(spark, root, args.rows, [int(x) for x in args.takes.split(",")],
+                   args.repeat, tubes, figures)
     if "drain" in sections:
-        # take + ack by hand, then a Consumer (each batch's acks ride with the next take),
-        # then the same batches drained by hand-written MERGEs on plain Delta tables
-        # (one MERGE per batch, as the Consumer), without and with the change feed; the
-        # Consumer also on a tube that keeps no change feed (change_feed=False)
-        for key in ("drain", "consumer_drain", "consumer_drain_no_feed", "plain_drain",
-                    "plain_drain_cdf"):
-            say(f"{key} of {args.rows} tasks in batches of {args.drain_batch}")
-            if key.startswith("plain"):
-                path = f"{root}/{key}"
-                plain_table(spark, path, args.rows, change_feed=key.endswith("_cdf"))
-                start = time.perf_counter()
-                done = plain_drain(spark, path, args.drain_batch)
-            else:
-                tube = ingested(sq, key, "fifottl", rows,
-                                change_feed=not key.endswith("_no_feed"))
-                start = time.perf_counter()
-                done = (drain_all if key == "drain" else consume_all)(tube, args.drain_batch)
-            figures[f"{key}_tasks"] = done
-            figures[f"{key}_s"] = time.perf_counter() - start
-            figures[f"{key}_tasks_per_s"] = done / figures[f"{key}_s"]
-        for key in ("plain_drain", "plain_drain_cdf"):
-            figures[f"consumer_drain_vs_{key}"] = figures["consumer_drain_s"] / figures[f"{key}_s"]
-        figures["consumer_drain_no_feed_vs_plain_drain"] = (
-            figures["consumer_drain_no_feed_s"] / figures["plain_drain_s"])
+        bench_drain(spark, sq, root, rows, args.rows, args.drain_batch, figures)
 
     if "utube" in sections:
         bench_utube(spark, sq, root, figures,
@@ -461,16 +320,7 @@ def main(argv: list[str] | None = None) -> int:
         bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])
 
     if args.scale:
-        for size in (10_000, args.big):
-            say(f"take(1000) on a tube of {size} tasks")
-            scaled = tasks_table(spark, sq, f"scale{size}", size)
-            times = []
-            for _ in range(args.repeat + 1):  # the first run is the warm-up
-                times.append(timed(partial(scaled.take, 1000)))
-                scaled.release_all()
-            figures[f"take_1000_on_{size}_s"] = statistics.median(times[1:])
-        figures["take_1000_scale_ratio"] = (
-            figures[f"take_1000_on_{args.big}_s"] / figures["take_1000_on_10000_s"])
+        bench_scale(spark, sq, args.big, args.repeat, figures)
 
     width = max(len(k) for k in figures)
     print("\nsparkqueue benchmark")
