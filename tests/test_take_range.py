@@ -80,6 +80,21 @@ def test_a_take_whose_choice_a_concurrent_take_got_first_never_leases_twice(
     assert {t.meta(i)["owner"] for i in (3, 4)} == {"consumer-b"}
 
 
+def jobs_when_called(spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
+                     name: str) -> tuple[list[int], int]:
+    """Spark jobs run so far each time ``ops.<name>`` is called from now on, and now."""
+    tracker = spark.sparkContext.statusTracker()
+    jobs: list[int] = []
+    original = getattr(ops, name)
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        jobs.append(len(tracker.getJobIdsForGroup(None)))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(ops, name, counted)
+    return jobs, len(tracker.getJobIdsForGroup(None))
+
+
 def test_a_take_of_whole_files_of_ready_tasks_chooses_without_a_spark_job(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     """When file statistics show the lowest ready tasks fill whole files, the
@@ -90,16 +105,7 @@ def test_a_take_of_whole_files_of_ready_tasks_chooses_without_a_spark_job(
     ingest(t.context)
     layout = t.context.layout
     layout.file_stats(layout.tasks("whole"))  # read once per process, then replayed
-    tracker = spark.sparkContext.statusTracker()
-    jobs: list[int] = []
-    original = ops.update_range
-
-    def update_range(*args: Any, **kwargs: Any) -> int:
-        jobs.append(len(tracker.getJobIdsForGroup(None)))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(ops, "update_range", update_range)
-    before = len(tracker.getJobIdsForGroup(None))
+    jobs, before = jobs_when_called(spark, monkeypatch, "update_range")
     batch = t.take(10)
     assert jobs == [before], "chosen from file statistics"
     assert sorted((r["task_id"], r["status"]) for r in batch.collect()) == [
@@ -121,16 +127,7 @@ def test_a_take_that_acks_in_its_commit_chooses_whole_files_from_statistics(
     ingest(t.context)
     layout = t.context.layout
     layout.file_stats(layout.tasks("riding"))  # read once per process, then replayed
-    tracker = spark.sparkContext.statusTracker()
-    jobs: list[int] = []
-    original = ops.merge_source
-
-    def merge_source(*args: Any, **kwargs: Any) -> int:
-        jobs.append(len(tracker.getJobIdsForGroup(None)))
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(ops, "merge_source", merge_source)
-    before = len(tracker.getJobIdsForGroup(None))
+    jobs, before = jobs_when_called(spark, monkeypatch, "merge_source")
     batch = taking.take(t.context, 3, 0.0, who, 1, acking=[0, 1, 2])
     assert jobs == [before], "chosen from file statistics"
     assert sorted((r["task_id"], r["status"]) for r in batch.collect()) == [

@@ -175,7 +175,6 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
     return created
 
 
-
 def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptions,
              urgent: bool) -> tuple[DataFrame, dict[str, Any]]:
     """The inbox rows of a put, and its tag's options.
