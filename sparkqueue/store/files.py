@@ -16,6 +16,11 @@ from pyspark.sql import functions as F
 __all__ = ["LogFiles", "SparkFiles", "delta_log", "is_missing_path"]
 
 MISSING_PATH = ("PATH_NOT_FOUND", "FileNotFoundException", "No such file")
+#: Characters that a Hadoop path glob reads as a pattern: a table path holding one
+#: is not probed through a glob (:meth:`SparkFiles.latest_version`)
+GLOB_CHARS = "{}[]*?\\"
+#: Commit files one probe of :meth:`SparkFiles.latest_version` looks for
+PROBE = 16
 
 
 def is_missing_path(e: BaseException) -> bool:
@@ -54,9 +59,12 @@ class LogFiles(Protocol):
 class SparkFiles:
     """:class:`LogFiles` through Spark: each read is a Spark job.
 
-    The newest version is Delta's own answer (``DESCRIBE HISTORY ... LIMIT 1``):
-    there is no file listing for a client to make. A folder cannot be deleted
-    this way.
+    The newest version, when a version is already known, is the newest of the
+    commit files from it on that a glob read finds (one Spark job, about half
+    the cost of asking Delta here); with none known, or none of those found
+    (a table gone or made anew), Delta's own answer (``DESCRIBE HISTORY ...
+    LIMIT 1``): there is no file listing for a client to make. A folder
+    cannot be deleted this way.
     """
 
     deletes = False
@@ -89,6 +97,14 @@ class SparkFiles:
         return {f: texts[f.rsplit("/", 1)[-1]] for f in files if f.rsplit("/", 1)[-1] in texts}
 
     def latest_version(self, table: str, known: int) -> int | None:
+        if known >= 0 and not any(c in table for c in GLOB_CHARS):
+            newest = self._newest_commit(table, known)
+            while newest is not None and newest == known + PROBE - 1:  # all there: look on
+                known = newest
+                newest = self._newest_commit(table, known)
+            if newest is not None:
+                return newest
+            # not even ``known`` is there (the table is gone or made anew): ask Delta
         try:
             row = self.spark.sql(f"DESCRIBE HISTORY delta.`{table}` LIMIT 1").first()
         except Exception as e:
@@ -98,6 +114,19 @@ class SparkFiles:
                 return None
             raise
         return None if row is None else int(row["version"])
+
+    def _newest_commit(self, table: str, known: int) -> int | None:
+        """The newest of the commit files ``known`` .. ``known + PROBE - 1`` of
+        ``table`` (one Spark job naming them in a glob); None when none is there."""
+        names = ",".join(f"{v:020d}" for v in range(known, known + PROBE))
+        try:
+            rows = (self.spark.read.text(delta_log(table, f"{{{names}}}.json"), wholetext=True)
+                    .select(F.col("_metadata.file_name")).collect())
+        except Exception as e:
+            if is_missing_path(e):
+                return None
+            raise
+        return max((int(str(r[0]).split(".")[0]) for r in rows), default=None)
 
     def folders(self, folder: str) -> list[str]:
         """The tube folders under ``folder`` that hold a table, found by reading their

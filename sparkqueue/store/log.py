@@ -24,6 +24,14 @@ from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
 
 
+def commit_info(text: str) -> dict[str, Any] | None:
+    """The ``commitInfo`` action of a commit file's text (None: it has none)."""
+    for line in text.splitlines():
+        if line.startswith('{"commitInfo"'):
+            return dict(json.loads(line)["commitInfo"])
+    return None
+
+
 class LogReader(Paths):
     """The log-reading part of :class:`Layout`, with the caches it keeps per table.
 
@@ -113,17 +121,25 @@ class LogReader(Paths):
         out = []
         texts = self.commit_texts(path, range(max(after_version + 1, 0), last + 1))
         for version, text in sorted(texts.items()):  # any gone: cleaned up by log retention
-            for line in text.splitlines():
-                if line.startswith('{"commitInfo"'):
-                    out.append((version, json.loads(line)["commitInfo"]))
-                    break
+            info = commit_info(text)
+            if info is not None:
+                out.append((version, info))
         return out
 
     def commit_of(self, path: str, token: str,
                   after_version: int) -> tuple[int, dict[str, str]] | None:
         """The version and operation metrics of the commit tagged with ``token``, made
         after ``after_version``; None when there is none (Delta commits no UPDATE
-        that changes nothing)."""
+        that changes nothing).
+
+        The commit after ``after_version`` is read first: with no other writer
+        between, it is the one, found without asking for the newest version.
+        """
+        text = self.commit_text(path, after_version + 1)
+        info = None if text is None else commit_info(text)
+        if info is not None and token in (info.get("userMetadata") or ""):
+            self._versions[path] = max(self._versions.get(path, -1), after_version + 1)
+            return after_version + 1, dict(info.get("operationMetrics") or {})
         for version, info in self.commit_infos(path, after_version):
             if token in (info.get("userMetadata") or ""):
                 return version, dict(info.get("operationMetrics") or {})
