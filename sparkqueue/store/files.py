@@ -60,8 +60,8 @@ class SparkFiles:
     """:class:`LogFiles` through Spark: each read is a Spark job.
 
     The newest version, when a version is already known, is the newest of the
-    commit files from it on that a glob read finds (one Spark job, about half
-    the cost of asking Delta here); with none known, or none of those found
+    commit files from it on that a glob read finds (one Spark job, where
+    Delta's own answer plans a command and reads its log); with none known, or none of those found
     (a table gone or made anew), Delta's own answer (``DESCRIBE HISTORY ...
     LIMIT 1``): there is no file listing for a client to make. A folder
     cannot be deleted this way.
