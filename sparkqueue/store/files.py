@@ -61,10 +61,10 @@ class SparkFiles:
 
     The newest version, when a version is already known, is the newest of the
     commit files from it on that a glob read finds (one Spark job, where
-    Delta's own answer plans a command and reads its log); with none known, or none of those found
-    (a table gone or made anew), Delta's own answer (``DESCRIBE HISTORY ...
-    LIMIT 1``): there is no file listing for a client to make. A folder
-    cannot be deleted this way.
+    Delta's own answer plans a command and reads its log); with none known,
+    or none of those found (a table gone or made anew), Delta's own answer
+    (``DESCRIBE HISTORY ... LIMIT 1``): there is no file listing for a
+    client to make. A folder cannot be deleted this way.
     """
 
     deletes = False

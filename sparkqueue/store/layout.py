@@ -35,7 +35,6 @@ change data feed serves only ``Tube.changes`` and a tube may keep none.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable
@@ -52,7 +51,7 @@ from .failures import NOT_WRITABLE, first_line
 from .files import SparkFiles
 from .filestats import STATS_COLUMNS
 from .jvm import HadoopFiles, delta_classes, jvm_of
-from .log import LogReader
+from .log import LogReader, commit_info
 from .paths import NO_TABLE, append
 from .schema import (
     CREATE_PATIENCE,
@@ -385,10 +384,7 @@ class Layout(LogReader):
                 text = texts.get(version)
                 if text is None:
                     return latest
-                info: dict[str, Any] = next((json.loads(line)["commitInfo"]
-                                             for line in text.splitlines()
-                                             if line.startswith('{"commitInfo"')), {})
-                tag = parse_tag(info.get("userMetadata"))
+                tag = parse_tag((commit_info(text) or {}).get("userMetadata"))
                 if tag is not None and key in tag:
                     return int(tag[key])
             top = versions.start - 1

@@ -134,13 +134,17 @@ class LogReader(Paths):
 
         The commit after ``after_version`` is read first: with no other writer
         between, it is the one, found without asking for the newest version.
+        None there means no commit at all since (versions have no gaps).
         """
-        text = self.commit_text(path, after_version + 1)
-        info = None if text is None else commit_info(text)
+        first = after_version + 1
+        text = self.commit_text(path, first)
+        if text is None:
+            return None
+        info = commit_info(text)
         if info is not None and token in (info.get("userMetadata") or ""):
-            self._versions[path] = max(self._versions.get(path, -1), after_version + 1)
-            return after_version + 1, dict(info.get("operationMetrics") or {})
-        for version, info in self.commit_infos(path, after_version):
+            self._versions[path] = max(self._versions.get(path, -1), first)
+            return first, dict(info.get("operationMetrics") or {})
+        for version, info in self.commit_infos(path, first):  # another writer's was first
             if token in (info.get("userMetadata") or ""):
                 return version, dict(info.get("operationMetrics") or {})
         return None
