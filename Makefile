@@ -35,9 +35,13 @@ jars: setup java  ## fetch the Delta jars from Maven Central into the Ivy cache
 demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
 	$(PY) jobs/demo.py --root $${DEMO_ROOT:-/tmp/sparkqueue-demo}
 
+# The test JVMs start from a class-data-sharing archive made once per venv (tests/jvm.py).
+$(VENV)/spark-classes.jsa: $(VENV)/.installed tests/jvm.py
+	$(PY) -m tests.jvm
+
 # Two test workers (pytest-xdist), each with its own local Spark; the Spark Connect
 # tests run in a pytest process of their own (tests/test_spark_connect.py).
-test: jars  ## set up, then run the whole test suite
+test: jars $(VENV)/spark-classes.jsa  ## set up, then run the whole test suite
 	$(PY) -m pytest -n 2 tests
 
 test-fast: setup  ## the pure-logic tests only: no JVM, seconds

@@ -23,14 +23,16 @@ from sparkqueue import FakeClock, Queue, Tube
 from sparkqueue.server import ConnectServer
 from sparkqueue.session import remote_session
 
+from .jvm import SMALL_DATA, use_for_tests
+
+#: Set in the pytest process that runs tests/connect (and only there).
+CONNECT_TESTS = "SPARKQUEUE_CONNECT_TESTS"
+
 # The contract runs on every built-in driver. limfifottl is given a capacity here,
 # so that every put also checks it; utube and utubettl put each task in a sub-queue
 # of its own (OwnSubQueues). fifo runs it without a change feed (change_feed=False):
 # every verb's result is read from the tasks table either way, and this keeps both
 # kinds of table tested.
-#: Set in the pytest process that runs tests/connect (and only there).
-CONNECT_TESTS = "SPARKQUEUE_CONNECT_TESTS"
-
 DRIVERS = ["fifo", "fifottl", "limfifottl", "utube", "utubettl"]
 CONTRACT_OPTIONS: dict[str, dict[str, Any]] = {"fifo": {"change_feed": False},
                                                "limfifottl": {"capacity": 1000}}
@@ -41,26 +43,18 @@ CONTRACT_OPTIONS: dict[str, dict[str, Any]] = {"fifo": {"change_feed": False},
 # process of their own: tests/test_spark_connect.py starts it.
 collect_ignore = [] if os.environ.get(CONNECT_TESTS) else ["connect"]
 
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Every JVM of the run (the workers', the Connect server's, the applications
+    the multi-process tests start) starts the tests' way: see tests/jvm.py."""
+    use_for_tests()
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that start other processes first: each runs for minutes, so with two
     workers (pytest -n 2) they start at once and the short ones fill in after,
     rather than one long test running alone at the end."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
-#: The settings of the test Spark sessions that bear on speed (the local session's
-#: and the Spark Connect server's).
-SMALL_DATA = {
-    "spark.ui.enabled": "false",
-    # the tests' tables hold a few rows: one partition, one file, fewer tasks
-    "spark.sql.shuffle.partitions": "1",
-    "spark.default.parallelism": "1",
-    "spark.databricks.delta.snapshotPartitions": "1",
-    "spark.sql.adaptive.enabled": "false",
-    # tiny queries, each planned once: compiling code for them costs more than it saves
-    "spark.sql.codegen.wholeStage": "false",
-    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-}
 
 
 @contextmanager

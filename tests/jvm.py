@@ -1,0 +1,95 @@
+"""How the test run's JVMs start: from a class-data-sharing archive, compiling with C1.
+
+Each test run starts many short-lived Spark JVMs (the two test workers, the Spark
+Connect server, and every application the multi-process tests launch). Much of
+such a JVM's CPU goes to loading and verifying Spark's classes and to the
+optimising (C2) compiler, whose work a short life never pays back. The suite's
+two workers keep both cores busy, so that CPU is the suite's wall time.
+
+- ``python -m tests.jvm`` (``make test`` runs it once per venv) runs a small
+  tube walk in a JVM that writes the classes it loaded into :data:`ARCHIVE`, a
+  dynamic class-data-sharing archive (JDK 13+), at its exit.
+- :func:`use_for_tests` puts ``-XX:SharedArchiveFile`` (when the archive is
+  there) and ``-XX:TieredStopAtLevel=1`` in ``SPARK_SUBMIT_OPTS``, which
+  spark-submit gives the JVM it starts, and so do the test processes' children.
+  A JVM that cannot use the archive (another JDK, other jars) starts without
+  it, as it would anyway.
+
+This is for tests only: a long-lived application gains from C2.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+#: The archive, beside the venv whose pyspark jars it was made from.
+ARCHIVE = Path(sys.prefix) / "spark-classes.jsa"
+
+#: The settings of the test Spark sessions that bear on speed (the local session's
+#: and the Spark Connect server's).
+SMALL_DATA = {
+    "spark.ui.enabled": "false",
+    # the tests' tables hold a few rows: one partition, one file, fewer tasks
+    "spark.sql.shuffle.partitions": "1",
+    "spark.default.parallelism": "1",
+    "spark.databricks.delta.snapshotPartitions": "1",
+    "spark.sql.adaptive.enabled": "false",
+    # tiny queries, each planned once: compiling code for them costs more than it saves
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+}
+
+_QUIET = "-Xlog:cds=off,cds+dynamic=off"  # a JVM that cannot use the archive says so
+
+
+def use_for_tests() -> None:
+    """Start this process's JVMs (and its children's) the tests' way."""
+    options = ["-XX:TieredStopAtLevel=1", _QUIET]
+    if ARCHIVE.exists():
+        options.insert(0, f"-XX:SharedArchiveFile={ARCHIVE}")
+    present = os.environ.get("SPARK_SUBMIT_OPTS", "").split()
+    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
+        present + [o for o in options if o not in present])
+
+
+def build_archive() -> None:
+    """Run a tube walk in a JVM that writes :data:`ARCHIVE` as it exits."""
+    import sparkqueue
+
+    part = ARCHIVE.with_suffix(".part")
+    os.environ["SPARK_SUBMIT_OPTS"] = (
+        f"-XX:ArchiveClassesAtExit={part} -XX:TieredStopAtLevel=1 {_QUIET}")
+    spark = sparkqueue.session(app_name="sparkqueue-class-archive", master="local[2]",
+                               conf=SMALL_DATA)
+    with tempfile.TemporaryDirectory() as root:
+        queue = sparkqueue.connect(spark, root)
+        for name, driver in (("f", "fifottl"), ("u", "utubettl")):
+            tube = queue.create_tube(name, driver)
+            rows = [{"n": i} for i in range(20)]
+            tube.put(rows, utube="a") if driver == "utubettl" else tube.put(rows)
+            tube.ack(tube.take(5))
+            tube.release(tube.take(2))
+            tube.bury(tube.take(2))
+            tube.kick(2)
+            tube.peek([1, 2]).collect()
+            tube.statistics()
+        queue.sweep()
+    spark.stop()
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is not None:  # the JVM writes the archive as it exits
+        gateway.shutdown()
+        gateway.proc.stdin.close()
+        gateway.proc.wait(timeout=300)
+    if not part.exists():
+        raise SystemExit(f"the JVM wrote no class archive at {part}")
+    part.replace(ARCHIVE)
+    print(f"class archive: {ARCHIVE} ({ARCHIVE.stat().st_size >> 20} MiB)")
+
+
+if __name__ == "__main__":
+    build_archive()
