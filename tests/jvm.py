@@ -1,21 +1,24 @@
-"""How the test run's JVMs start: from a class-data-sharing archive, compiling with C1.
+"""How the test run's JVMs start: from a class-data-sharing archive, and the
+applications the tests start compile with C1 only.
 
-Each test run starts many short-lived Spark JVMs (the two test workers, the Spark
-Connect server, and every application the multi-process tests launch). Much of
-such a JVM's CPU goes to loading and verifying Spark's classes and to the
-optimising (C2) compiler, whose work a short life never pays back. The suite's
-two workers keep both cores busy, so that CPU is the suite's wall time.
+Each test run starts many Spark JVMs: the two test workers and the Spark
+Connect server, which live through the run, and the short-lived applications
+of the multi-process tests (producers, consumers, spark-submitted sweepers,
+the crash torture's roles). Much of a JVM's first minute of CPU goes to
+loading and verifying Spark's classes and to the optimising (C2) compiler,
+whose work a short life never pays back; the suite's two workers keep both
+cores busy, so that CPU is the suite's wall time.
 
 - ``python -m tests.jvm`` (``make test`` runs it once per venv) runs a small
   tube walk in a JVM that writes the classes it loaded into :data:`ARCHIVE`, a
   dynamic class-data-sharing archive (JDK 13+), at its exit.
-- :func:`use_for_tests` puts ``-XX:SharedArchiveFile`` (when the archive is
-  there) and ``-XX:TieredStopAtLevel=1`` in ``SPARK_SUBMIT_OPTS``, which
-  spark-submit gives the JVM it starts, and so do the test processes' children.
-  A JVM that cannot use the archive (another JDK, other jars) starts without
-  it, as it would anyway.
-
-This is for tests only: a long-lived application gains from C2.
+- :func:`use_for_tests` puts ``-XX:SharedArchiveFile`` in
+  ``SPARK_SUBMIT_OPTS``, which spark-submit gives the JVM it starts (and the
+  test processes' children inherit), when the archive is there. A JVM that
+  cannot use it (another JDK, other jars) starts without it, as it would anyway.
+- :func:`short_lived` adds ``-XX:TieredStopAtLevel=1`` (C1 only) to the
+  environment of an application a test starts. The long-lived JVMs keep C2,
+  which pays back within their first minutes.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 #: The archive, beside the venv whose pyspark jars it was made from.
@@ -43,16 +47,26 @@ SMALL_DATA = {
 }
 
 _QUIET = "-Xlog:cds=off,cds+dynamic=off"  # a JVM that cannot use the archive says so
+_C1_ONLY = "-XX:TieredStopAtLevel=1"
+
+
+def _with_options(env: Mapping[str, str], *options: str) -> dict[str, str]:
+    """``env`` with ``options`` in its SPARK_SUBMIT_OPTS (each once)."""
+    present = env.get("SPARK_SUBMIT_OPTS", "").split()
+    return {**env, "SPARK_SUBMIT_OPTS": " ".join(
+        present + [o for o in options if o not in present])}
 
 
 def use_for_tests() -> None:
-    """Start this process's JVMs (and its children's) the tests' way."""
-    options = ["-XX:TieredStopAtLevel=1", _QUIET]
+    """Start this process's JVMs (and its children's) from the archive, if made."""
     if ARCHIVE.exists():
-        options.insert(0, f"-XX:SharedArchiveFile={ARCHIVE}")
-    present = os.environ.get("SPARK_SUBMIT_OPTS", "").split()
-    os.environ["SPARK_SUBMIT_OPTS"] = " ".join(
-        present + [o for o in options if o not in present])
+        os.environ.update(_with_options(os.environ, f"-XX:SharedArchiveFile={ARCHIVE}", _QUIET))
+
+
+def short_lived(**extra: str) -> dict[str, str]:
+    """The environment for an application a test starts: this process's, with
+    ``extra``, and C1 only for its JVM."""
+    return _with_options({**os.environ, **extra}, _C1_ONLY)
 
 
 def build_archive() -> None:
@@ -61,7 +75,7 @@ def build_archive() -> None:
 
     part = ARCHIVE.with_suffix(".part")
     os.environ["SPARK_SUBMIT_OPTS"] = (
-        f"-XX:ArchiveClassesAtExit={part} -XX:TieredStopAtLevel=1 {_QUIET}")
+        f"-XX:ArchiveClassesAtExit={part} {_QUIET}")
     spark = sparkqueue.session(app_name="sparkqueue-class-archive", master="local[2]",
                                conf=SMALL_DATA)
     with tempfile.TemporaryDirectory() as root:

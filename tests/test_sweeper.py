@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 import signal
 import subprocess
 import sys
@@ -24,6 +23,8 @@ from sparkqueue import FakeClock, InvalidOption, Queue, Tube, cli
 from sparkqueue.engine.ingest import live_tasks
 from sparkqueue.sweep import cold_groups, compact
 from tests.conftest import ids, versions
+
+from .jvm import short_lived
 
 REPO = Path(__file__).parent.parent
 
@@ -187,7 +188,7 @@ def _write_conf(path: Path, **sweeper: float) -> Path:
 
 
 def _submit(root: str, conf: Path, *args: str) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
+    env = short_lived(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     cmd = [str(Path(sys.executable).parent / "spark-submit"),
            "--properties-file", str(REPO / "conf" / "spark-submit.conf"),
            "--conf", "spark.databricks.delta.retentionDurationCheck.enabled=false",

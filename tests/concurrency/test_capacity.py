@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -14,13 +13,15 @@ import pytest
 
 from sparkqueue import CapacityExceeded, Queue
 
+from ..jvm import short_lived
+
 HERE = Path(__file__).parent
 
 
 @pytest.fixture(scope="module")
 def putter() -> Iterator[subprocess.Popen[str]]:
     """A second Spark application that puts when told to (putter.py)."""
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent.parent))
+    env = short_lived(PYTHONPATH=str(HERE.parent.parent))
     proc = subprocess.Popen([sys.executable, str(HERE / "putter.py")], env=env,
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)

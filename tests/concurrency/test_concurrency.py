@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -19,6 +18,8 @@ import sparkqueue
 from sparkqueue import Queue, Tube
 from tests.conftest import ids
 
+from ..jvm import short_lived
+
 HERE = Path(__file__).parent
 
 
@@ -26,7 +27,7 @@ class OtherApp:
     """A second Spark application (taker.py) that takes from tubes when told to."""
 
     def __init__(self) -> None:
-        env = dict(os.environ, PYTHONPATH=str(HERE.parent.parent))
+        env = short_lived(PYTHONPATH=str(HERE.parent.parent))
         self.proc = subprocess.Popen(
             [sys.executable, str(HERE / "taker.py")], env=env, stdin=subprocess.PIPE,
             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from ..jvm import short_lived
 
 JOB = Path(__file__).parent.parent.parent / "jobs" / "torture.py"
 
@@ -18,7 +19,7 @@ def test_killed_producers_and_consumers_lose_nothing_and_ack_nothing_twice(
     done = subprocess.run(
         [sys.executable, str(JOB), "--seconds", "10", "--kills", "2", "--seed", "7",
          "--root", str(tmp_path)],
-        env=dict(os.environ), capture_output=True, text=True, timeout=900)
+        env=short_lived(), capture_output=True, text=True, timeout=900)
     report = [line for line in done.stdout.splitlines() if line[:4] in ("ok  ", "FAIL")]
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert len(report) == 9 and all(line.startswith("ok") for line in report), done.stdout

@@ -19,6 +19,8 @@ from sparkqueue.engine.ingest import live_tasks
 from sparkqueue.engine.take import take
 from tests.conftest import ids, versions
 
+from ..jvm import short_lived
+
 HERE = Path(__file__).parent
 
 
@@ -35,7 +37,7 @@ def json_files(folder: Path, files: int, rows: int, first: int = 0) -> list[int]
 
 
 def feeder(root: str, tube: str, source: Path, checkpoint: Path) -> subprocess.Popen[str]:
-    env = dict(os.environ, PYTHONPATH=str(HERE.parent.parent))
+    env = short_lived(PYTHONPATH=str(HERE.parent.parent))
     return subprocess.Popen(
         [sys.executable, str(HERE / "feeder.py"), root, tube, str(source), str(checkpoint)],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
