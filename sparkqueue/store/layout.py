@@ -105,13 +105,6 @@ class Layout(LogReader):
         """``accelerated`` or ``portable``: see the class."""
         return "portable" if self.accelerator is None else "accelerated"
 
-
-
-
-
-
-
-
     def create_registry(self) -> None:
         """Create the registry of a new root. A root whose registry is gone while its
         tubes' tables are there is damaged, not new: an empty registry would hide
@@ -195,8 +188,6 @@ class Layout(LogReader):
                .option("txnAppId", INGEST_TXN).option("txnVersion", since.version)
                .option("mergeSchema", "true")
                .option("maxRecordsPerFile", schema.TASK_FILE_ROWS), self.tasks(tube))
-
-
 
     def read_files(self, path: str, names: list[str], schema: T.StructType | None,
                    spark: SparkSession | None = None) -> DataFrame:
