@@ -70,12 +70,11 @@ def short_lived(**extra: str) -> dict[str, str]:
 
 
 def build_archive() -> None:
-    """Run a tube walk in a JVM that writes :data:`ARCHIVE` as it exits."""
+    """Walk a tube in a JVM that writes :data:`ARCHIVE` as it exits."""
     import sparkqueue
 
     part = ARCHIVE.with_suffix(".part")
-    os.environ["SPARK_SUBMIT_OPTS"] = (
-        f"-XX:ArchiveClassesAtExit={part} {_QUIET}")
+    os.environ.update(_with_options(os.environ, f"-XX:ArchiveClassesAtExit={part}", _QUIET))
     spark = sparkqueue.session(app_name="sparkqueue-class-archive", master="local[2]",
                                conf=SMALL_DATA)
     with tempfile.TemporaryDirectory() as root:
@@ -99,8 +98,9 @@ def build_archive() -> None:
         gateway.shutdown()
         gateway.proc.stdin.close()
         gateway.proc.wait(timeout=300)
-    if not part.exists():
-        raise SystemExit(f"the JVM wrote no class archive at {part}")
+    if not part.exists():  # the tests run all the same, their JVMs start without one
+        print(f"the JVM wrote no class archive at {part}", file=sys.stderr)
+        return
     part.replace(ARCHIVE)
     print(f"class archive: {ARCHIVE} ({ARCHIVE.stat().st_size >> 20} MiB)")
 
