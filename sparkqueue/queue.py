@@ -20,6 +20,7 @@ from .config import Config, load_config
 from .drivers import BUILTIN_DRIVERS, Driver
 from .engine import TubeContext
 from .engine.ingest import live_tasks
+from .engine.shards import MAX_SHARDS, shard_contexts
 from .errors import (
     InvalidOption,
     InvalidState,
@@ -29,6 +30,7 @@ from .errors import (
     TubeNotFound,
 )
 from .session import quiet_pyspark_loggers, session
+from .sharded import ShardedTube
 from .store import CommitTag
 from .tube import Callback, Tube
 
@@ -146,7 +148,7 @@ class Queue:
                     ttr: float | None = None, pri: int | None = None,
                     delay: float | None = None, capacity: int | None = None,
                     on_task_change: Callback | None = None, change_feed: bool = True,
-                    **driver_opts: Any) -> Tube:
+                    shards: int = 1, **driver_opts: Any) -> Tube:
         """Create a tube of ``type`` (fifo, fifottl, limfifottl, ... or a registered driver).
 
         ``ttl``, ``ttr``, ``pri`` and ``delay`` are the tube's defaults for put;
@@ -158,6 +160,10 @@ class Queue:
         change data feed, so :meth:`Tube.changes` is refused; every other verb
         is the same, and takes and acks of big batches are faster (the feed
         writes each changed row twice more).
+
+        ``shards=N`` splits the tube into N shards, each a pair of tables of its
+        own, so that consumers taking from different shards never conflict
+        (:mod:`sparkqueue.sharded`); fixed at creation.
 
         Examples
         --------
@@ -189,7 +195,13 @@ class Queue:
                 raise InvalidOption(f"{flag} must be a bool, got {value!r}")
         if on_task_change is not None and not callable(on_task_change):
             raise InvalidOption(f"on_task_change needs a callable, got {on_task_change!r}")
+        shards = validate.integer("shards", shards, minimum=1, maximum=MAX_SHARDS)
+        if capacity and shards > capacity:
+            raise InvalidOption(f"capacity {capacity} is split among the shards: it needs at "
+                                f"least one per shard, and shards={shards}")
         options = {k: v for k, v in options.items() if v is not None}
+        if shards > 1:  # absent: one, as for tubes made before the option
+            options["shards"] = shards
         options["temporary"] = temporary
         if not change_feed:  # absent: a feed, as for tubes made before the option
             options["change_feed"] = False
@@ -201,11 +213,17 @@ class Queue:
             folder = self._layout.free_folder(name)
             if folder != name:
                 options["folder"] = folder
-            self._layout.place(name, folder)
-            self._layout.create_tube_tables(name, change_feed)
+            self._layout.place(name, folder, shards)
+            for k in range(shards):
+                self._layout.create_tube_tables(st.shard_key(name, k), change_feed)
         if not self._register(name, type, options):
             if if_not_exists:
-                return self.tube(name)
+                found = self.tube(name)
+                if len(found.parts) != shards:
+                    raise InvalidOption(
+                        f"tube {name!r} exists with {len(found.parts)} shard(s), not {shards}: "
+                        "shards are fixed when a tube is created")
+                return found
             raise TubeExists(name)
         if temporary:
             self._temporary.append(name)
@@ -249,8 +267,9 @@ class Queue:
 
     def _open(self, name: str, type_name: str, driver_cls: type[Driver],
               options: dict[str, Any]) -> Tube:
-        """A Tube over the engine's context of tube ``name``."""
-        self._layout.place(name, options.get("folder"))
+        """A Tube over the engine's context of tube ``name`` (a ShardedTube over one
+        per shard)."""
+        self._layout.place(name, options.get("folder"), int(options.get("shards", 1)))
         def emit(tasks: DataFrame, event: str) -> None:
             callback = self._callbacks.get(name)
             if callback is not None:
@@ -260,7 +279,11 @@ class Queue:
             name=name, type=type_name, driver=driver_cls(options), options=dict(options),
             layout=self._layout, spark=self.spark, clock=self.clock, config=self.config,
             owner=self._owner, emit=emit, registered=self.tubes)
-        return Tube(context, self._callbacks, self._drop)
+        contexts = shard_contexts(context)
+        if len(contexts) == 1:
+            return Tube(context, self._callbacks, self._drop)
+        return ShardedTube([Tube(c, self._callbacks, self._drop) for c in contexts],
+                           self._callbacks, self._drop)
 
     def tubes(self) -> list[str]:
         """Names of the existing tubes, sorted."""
@@ -321,15 +344,18 @@ class Queue:
         it), never tables that a new tube of the same name would adopt. A tube
         whose tables are already missing is dropped without the taken check.
         """
-        try:
-            ctx = tube.context
-            taken = ctx.guarded(lambda: live_tasks(ctx, ctx.now()).where("eff = 'taken'").count())
-        except StorageError:
-            taken = 0
+        taken = 0
+        for part in tube.parts:
+            ctx = part.context
+            try:
+                taken += ctx.guarded(lambda c=ctx: live_tasks(  # type: ignore[misc]
+                    c, c.now()).where("eff = 'taken'").count())
+            except StorageError:
+                pass
         if taken:
             raise InvalidState(f"tube {tube.name!r} has {taken} taken task(s); "
                                "ack or release them before drop()")
-        self._layout.delete_tube_dir(tube.name)
+        self._layout.delete_tube_dir(tube.name, len(tube.parts))
 
         def remove() -> None:
             with self._layout.tagged(CommitTag.new("drop")) as sess:

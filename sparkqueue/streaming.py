@@ -19,6 +19,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from . import store as st
 from .engine import put as putting
+from .engine import shards
 from .engine.context import TubeContext
 from .errors import InvalidOption, StorageError
 
@@ -44,7 +45,8 @@ def sink(tube: Tube, stream_df: DataFrame, checkpoint_location: str,
         raise InvalidOption(f"trigger must be a dict for DataStreamWriter.trigger(**trigger), "
                             f"e.g. {{'availableNow': True}}; got {trigger!r}")
     writer = (stream_df.writeStream
-              .foreachBatch(PutBatches(tube.context, checkpoint_location, put_opts))
+              .foreachBatch(PutBatches([p.context for p in tube.parts], checkpoint_location,
+                                       put_opts))
               .option("checkpointLocation", checkpoint_location)
               .queryName(f"sparkqueue_sink_{tube.name}"))
     if trigger:
@@ -70,9 +72,10 @@ class PutBatches:
 
     _FIELDS = ("name", "type", "driver", "options", "clock", "config", "owner")
 
-    def __init__(self, ctx: TubeContext, checkpoint_location: str,
+    def __init__(self, contexts: list[TubeContext], checkpoint_location: str,
                  put_opts: dict[str, Any]) -> None:
-        self.ctx: TubeContext | None = ctx
+        ctx = contexts[0]
+        self.contexts: list[TubeContext] | None = contexts
         self.opts: putting.PutOptions | None = putting.put_options(ctx, **put_opts)
         self.recipe = {k: getattr(ctx, k) for k in self._FIELDS}
         self.root = ctx.layout.root
@@ -82,20 +85,24 @@ class PutBatches:
 
     def __getstate__(self) -> dict[str, Any]:
         """What a Spark Connect server's worker receives: no session, no live tube."""
-        return {**self.__dict__, "ctx": None, "opts": None}
+        return {**self.__dict__, "contexts": None, "opts": None}
 
-    def context(self, spark: SparkSession) -> tuple[TubeContext, putting.PutOptions]:
-        """The tube's context and put options; opened on ``spark`` when not yet open."""
-        if self.ctx is None or self.opts is None:
+    def context(self, spark: SparkSession) -> tuple[list[TubeContext], putting.PutOptions]:
+        """The contexts of the tube's shards and the put options; opened on ``spark``
+        when not yet open."""
+        if self.contexts is None or self.opts is None:
             layout = st.Layout(spark, self.root, "portable")
-            layout.place(self.recipe["name"], self.recipe["options"].get("folder"))
-            self.ctx = TubeContext(**self.recipe, layout=layout, spark=spark,
-                                   emit=lambda tasks, event: None, registered=list)
-            self.opts = putting.put_options(self.ctx, **self.put_opts)
-        return self.ctx, self.opts
+            options = self.recipe["options"]
+            layout.place(self.recipe["name"], options.get("folder"), options.get("shards", 1))
+            self.contexts = shards.shard_contexts(TubeContext(
+                **self.recipe, layout=layout, spark=spark, emit=lambda tasks, event: None,
+                registered=list))
+            self.opts = putting.put_options(self.contexts[0], **self.put_opts)
+        return self.contexts, self.opts
 
     def __call__(self, batch: DataFrame, batch_id: int) -> None:
-        ctx, opts = self.context(batch.sparkSession)
+        contexts, opts = self.context(batch.sparkSession)
+        ctx = contexts[0]
         if self.query_id is None:  # written by Spark when the query first started
             metadata = f"{self.checkpoint}/metadata"
             text = ctx.layout.read_text(metadata)
@@ -103,7 +110,10 @@ class PutBatches:
                 raise StorageError(metadata, "the streaming query's checkpoint has no metadata")
             self.query_id = str(json.loads(text)["id"])
         txn = (f"sq-sink-{self.query_id}", batch_id)
-        ctx.guarded(lambda: putting.write_put(ctx, batch, False, False, opts, "put", txn=txn))
+        if len(contexts) == 1:
+            ctx.guarded(lambda: putting.write_put(ctx, batch, False, False, opts, "put", txn=txn))
+        else:  # a replayed batch goes to the same shards (by batch id), where its txn is
+            shards.put(contexts, batch, False, False, opts, "put", batch_id, txn)
 
 
 def changes(tube: Tube, starting_version: int | None) -> DataFrame:
@@ -126,7 +136,7 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     options = {"readChangeFeed": "true"}
     if starting_version is not None:
         options["startingVersion"] = str(starting_version)
-    ref = tube.context.layout.tasks(tube.name)
+    ref = tube.context.layout.tasks(tube.context.key)
     cdf = tube.context.guarded(lambda: st.read_stream(tube.context.spark, ref, options))
     deleted = F.col("_change_type") == "delete"
     return (cdf.where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")

@@ -38,7 +38,7 @@ from pyspark.sql import types as T
 
 from . import store as st
 from .engine import ops
-from .engine.stats import census
+from .engine.stats import census_of
 from .errors import Timeout
 from .store import CommitTag
 
@@ -95,19 +95,23 @@ def sweep_tube(queue: Queue, tube: Tube, sweep_id: str,
     """
     config = queue.config
     now = tube.context.now()
-    expired = ops.expire(tube.context)
+    parts = tube.parts  # a sharded tube's shards, each swept as a tube of its own
+    expired = dict.fromkeys(("ttl", "ttr", "delay"), 0)
+    for part in parts:
+        for key, value in ops.expire(part.context).items():
+            expired[key] += value
     progress(f"{tube.name}: expired ttl={expired['ttl']} ttr={expired['ttr']} "
              f"delay={expired['delay']}")
-    purged = purge(tube)
+    purged = sum(purge(part) for part in parts)
     progress(f"{tube.name}: purged {purged}")
     compacted = vacuumed = None
     if _due(last[0], config.compact_interval, now):
-        compacted = compact(tube)
+        compacted = sum(compact(part) for part in parts)
         progress(f"{tube.name}: compacted {compacted} file(s)")
     if _due(last[1], config.vacuum_interval, now):
-        vacuumed = vacuum(tube, config.vacuum_retention_hours)
+        vacuumed = sum(vacuum(part, config.vacuum_retention_hours) for part in parts)
         progress(f"{tube.name}: vacuumed {vacuumed} file(s)")
-    stats, oldest = census(tube.context, tube.context.now())
+    stats, oldest = census_of([part.context for part in parts], tube.context.now())
     snapshot = (
         tube.name, sweep_id, now, *[int(stats["tasks"][s]) for s in (
             "ready", "taken", "done", "buried", "delayed", "total")],
@@ -171,7 +175,7 @@ def purge(tube: Tube) -> int:
 
 def _purge_markers(tube: Tube) -> int:
     layout = tube.context.layout
-    path = layout.tasks(tube.name)
+    path = layout.tasks(tube.context.key)
     row = (layout.read(path).where("task_id < 0")  # marker files only (their statistics)
            .agg(F.count("*"), F.max("inbox_version")).first())
     if row is None or int(row[0]) <= 1:
@@ -184,7 +188,7 @@ def _purge_markers(tube: Tube) -> int:
 
 def _purge_inbox(tube: Tube) -> int:
     layout = tube.context.layout
-    return layout.purge_inbox(tube.name, layout.cursor(tube.name))
+    return layout.purge_inbox(tube.context.key, layout.cursor(tube.context.key))
 
 
 # -- compaction and vacuum -------------------------------------------------------------
@@ -204,7 +208,7 @@ def compact(tube: Tube) -> int:
     (a kick, a delete) makes the rewrite conflict; it is retried.
     """
     layout = tube.context.layout
-    path = layout.tasks(tube.name)
+    path = layout.tasks(tube.context.key)
     accelerator = layout.accelerator
     if accelerator is None:  # no commit of chosen files without Delta's transaction API
         return 0
@@ -256,7 +260,7 @@ def vacuum(tube: Tube, retention_hours: float) -> int:
     """
     layout = tube.context.layout
     deleted = 0
-    for path in (layout.inbox(tube.name), layout.tasks(tube.name)):
+    for path in (layout.inbox(tube.context.key), layout.tasks(tube.context.key)):
         before = layout.latest_version(path)
         tube.context.guarded(lambda p=path: st.vacuum(  # type: ignore[misc]
             tube.context.spark, p, retention_hours))

@@ -73,8 +73,15 @@ class Tube:
         """Remove the tube and its tables; refuses with InvalidState while a task is taken."""
         self._dropper(self)
 
-    def _change(self, op: ops.Op, tasks: Any, **kwargs: Any) -> DataFrame:
-        """The tasks ``op`` changed in its commit (none: an empty DataFrame)."""
+    @property
+    def parts(self) -> list[Tube]:
+        """The tube's shards, each a tube over one inbox and tasks table of its own
+        (for sparkqueue's own jobs); a tube of one shard is its own only part."""
+        return [self]
+
+    def apply_op(self, op: ops.Op, tasks: Any, **kwargs: Any) -> DataFrame:
+        """Commit ``op`` on ``tasks`` (for the verbs, and a sharded tube's routing):
+        the tasks it changed in its commit (none: an empty DataFrame)."""
         return ops.mutate(self._ctx, op, tasks, **kwargs) or ing.empty(self._ctx)
 
     @overload
@@ -155,14 +162,19 @@ class Tube:
         >>> batch = tube.take(1000, timeout=5)      # doctest: +SKIP
         >>> tube.ack(batch)                         # doctest: +SKIP
         """
+        n, wait, who, win = self.take_args(n, timeout, owner, window)
+        return self._ctx.guarded(lambda: taking.take(self._ctx, n, wait, who, win))
+
+    def take_args(self, n: int, timeout: float, owner: str | None,
+                  window: int | None) -> tuple[int, float, str, int]:
+        """:meth:`take`'s arguments, checked: ``(n, timeout, owner, window)``."""
         n = validate.batch("n", n)
         wait = validate.seconds("timeout", timeout)
         if window is not None:
             if not self.driver.uses_utube:
                 raise InvalidOption(f"{self.type} tube {self.name!r} has no sub-queue window")
             window = validate.batch("window", window)
-        win = window or int(self._ctx.default("window") or 1)
-        return self._ctx.guarded(lambda: taking.take(self._ctx, n, wait, self._ctx.who(owner), win))
+        return n, wait, self._ctx.who(owner), window or int(self._ctx.default("window") or 1)
 
     def ack(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Complete taken tasks (only their owner may); they leave the tube.
@@ -177,7 +189,7 @@ class Tube:
             acked = ops.ack_files(self._ctx, ids, self._ctx.who(owner))
             if acked is not None:
                 return acked
-        return self._change(ops.ACK, ids, owner=owner)
+        return self.apply_op(ops.ACK, ids, owner=owner)
 
     def release(self, tasks: Tasks, *, owner: str | None = None, delay: float | None = None,
                 ttl: float | None = None) -> DataFrame:
@@ -203,13 +215,13 @@ class Tube:
         if ttl is not None:
             action["ttl"] = sql_num(t_new)
             action["ttl_end"] = f"{{now}} + {sql_num(d)} + {sql_num(t_new)}"
-        return self._change(ops.Op("release", ops.OWNED, action), tasks, owner=owner)
+        return self.apply_op(ops.Op("release", ops.OWNED, action), tasks, owner=owner)
 
     def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Return taken tasks to ``ready`` at the end of the queue (a new, higher order key)."""
         def last() -> Any:
             ing.ingest(self._ctx)
-            return self._ctx.layout.read(self._ctx.layout.tasks(self.name)).agg(
+            return self._ctx.layout.read(self._ctx.layout.tasks(self._ctx.key)).agg(
                 F.max("order_key"), F.max("task_id")).first()
         top = self._ctx.guarded(last)
         base = max(int(top[0] or 0), int(top[1] or 0)) + 1 if top else 1
@@ -217,7 +229,7 @@ class Tube:
                   "lease_end": "0.0D", "order_key": f"{base} + s.arg_rank"}
         op = ops.Op("requeue", ops.OWNED, action)
         rank = F.row_number().over(Window.orderBy("task_id")) - 1
-        return self._change(op, tasks, extra={"rank": rank}, owner=owner)
+        return self.apply_op(op, tasks, extra={"rank": rank}, owner=owner)
 
     def touch(self, tasks: Tasks, increment: float, *, owner: str | None = None) -> DataFrame:
         """Extend the ttr and ttl of taken tasks by ``increment`` seconds."""
@@ -226,13 +238,13 @@ class Tube:
         action = {"ttr": f"t.ttr + {inc}", "ttl": f"t.ttl + {inc}",
                   "ttl_end": f"t.ttl_end + {inc}",
                   "lease_end": f"least(t.lease_end + {inc}, t.ttl_end + {inc})"}
-        return self._change(ops.Op("touch", ops.OWNED, action), tasks, owner=owner)
+        return self.apply_op(ops.Op("touch", ops.OWNED, action), tasks, owner=owner)
 
     def done(self, task_id: TaskId, data: Any) -> DataFrame:
         """Complete a task taken by this Queue's owner but keep it, with ``data`` as payload."""
         ident = validate.one_id(task_id)
         # the tasks table's: before any ingest it has none, and no task can be taken
-        tube_schema = ing.data_schema(self._ctx, self._ctx.layout.tasks(self.name))
+        tube_schema = ing.data_schema(self._ctx, self._ctx.layout.tasks(self._ctx.key))
         frame, col = putting.payload_of(self._ctx, data, tube_schema)
         row = frame.select(col.alias("p")).first()
         assert row is not None
@@ -243,7 +255,7 @@ class Tube:
         if tube_schema is None:  # nothing was ever put: no task can be taken
             raise TaskNotFound(self.name, ident)
         value = putting.struct_literal(payload, tube_schema)
-        return self._change(op, ident, extra={"data": value})
+        return self.apply_op(op, ident, extra={"data": value})
 
     def bury(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Move tasks to ``buried`` from any state (a task taken by another owner refuses)."""
@@ -257,7 +269,7 @@ class Tube:
             skip="{eff} = 'buried'",
             pending=True,
         )
-        return self._change(op, tasks, owner=owner)
+        return self.apply_op(op, tasks, owner=owner)
 
     def kick(self, count: int = 1) -> int:
         """Move up to ``count`` buried tasks to ``ready``, lowest ``(pri, id)`` first."""
@@ -277,7 +289,7 @@ class Tube:
         ident = validate.one_id(task_id)
         op = ops.Op("dig", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
                     "WHEN {eff} <> 'buried' THEN 'InvalidState' END", ops.UNBURY)
-        return self._change(op, ident)
+        return self.apply_op(op, ident)
 
     unbury = dig
 
@@ -285,7 +297,7 @@ class Tube:
         """Remove tasks whatever their state; returns them with status ``done``."""
         op = ops.Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None,
                     pending=True)
-        return self._change(op, tasks)
+        return self.apply_op(op, tasks)
 
     def release_all(self) -> int:
         """Return every taken task, whoever holds it, to ``ready``; the count."""
@@ -353,7 +365,7 @@ class Tube:
         def run() -> None:
             ing.ingest(self._ctx)
             with self._ctx.layout.tagged(CommitTag.new("truncate")) as sess:
-                st.delete(sess, self._ctx.layout.tasks(self.name), "task_id >= 0")
+                st.delete(sess, self._ctx.layout.tasks(self._ctx.key), "task_id >= 0")
         self._ctx.guarded(lambda: st.retrying(run, deadline=self._ctx.deadline(),
                                               what=f"truncate of {self.name!r}"))
 

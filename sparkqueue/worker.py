@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 
 from . import validate
-from .engine import ops
-from .engine import take as taking
+from .engine import ops, shards
 from .errors import InvalidOption, QueueError
 
 if TYPE_CHECKING:
@@ -114,6 +113,7 @@ class Consumer:
         self.progress = Progress()
         self._stop = threading.Event()
         self._acks: list[int] = []  # succeeded, not yet acked
+        self._shard = 0  # the shard of a sharded tube this consumer takes from first
 
     def stop(self) -> None:
         """Stop after the current batch (thread-safe; also what SIGTERM/SIGINT do)."""
@@ -124,6 +124,8 @@ class Consumer:
         self._stop.clear()
         self.progress = Progress()
         self._acks = []
+        parts = self.tube.parts
+        self._shard = shards.home_shard(parts[0].context.who(self.owner), len(parts))
         previous = self._trap_signals()
         try:
             idle_since = time.monotonic()
@@ -155,21 +157,26 @@ class Consumer:
         handler ran), the acks are tried alone, as without the pairing, then the take."""
         tube, acks = self.tube, self._acks
         self._acks = []
-        who = tube.context.who(self.owner)
-        window = int(tube.context.default("window") or 1)
-        if acks and ops.ack_files(tube.context, acks, who) is not None:  # whole files: no MERGE
+        contexts = [part.context for part in tube.parts]  # a sharded tube's shards
+        home = contexts[self._shard]  # where the previous batch came from
+        who = home.who(self.owner)
+        window = int(home.default("window") or 1)
+        if acks and ops.ack_files(home, acks, who) is not None:  # whole files: no MERGE
             self.progress.done += len(acks)
             acks = []
         if acks:
             try:
-                batch = taking.take(tube.context, self.batch_size, self.take_timeout, who, window,
-                                    acking=acks)
+                batch, self._shard = shards.take_any(
+                    contexts, self._shard, self.batch_size, self.take_timeout, who, window,
+                    acking=acks)
             except QueueError:
                 self.progress.done += self._apply(tube.ack, acks)
             else:
                 self.progress.done += len(acks)
                 return batch
-        return taking.take(tube.context, self.batch_size, self.take_timeout, who, window)
+        batch, self._shard = shards.take_any(contexts, self._shard, self.batch_size,
+                                             self.take_timeout, who, window)
+        return batch
 
     def _settle(self, batch: DataFrame, taken: dict[int, int]) -> None:
         """Run the handler on ``batch``; ack, release or bury each task by its outcome."""

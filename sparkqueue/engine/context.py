@@ -50,6 +50,25 @@ class TubeContext:
     stats_cache: dict[str, tuple[int, dict[str, int]]] = field(default_factory=dict)
     #: the payload's schema, once known (only the first put sets it)
     schema: T.StructType | None = None
+    #: which of the tube's shards this context's tables are (see :mod:`sparkqueue.shards`)
+    shard: int = 0
+
+    @property
+    def shards(self) -> int:
+        """How many shards the tube has (1: one inbox and one tasks table)."""
+        return int(self.options.get("shards", 1))
+
+    @property
+    def key(self) -> str:
+        """The name the store knows this context's tables by: the tube's, or its shard's."""
+        return st.shard_key(self.name, self.shard)
+
+    def task_id(self, row: int) -> int:
+        """The task id of the ``row``-th task put to this context's inbox (0, 1, ...):
+        rows of shard ``k`` of ``N`` get ``k``, ``k + N``, ``k + 2N``, ...; so ids
+        are unique across a tube's shards and ordered within each, and an id
+        names its shard (``id % N``). One shard: the row's own number."""
+        return row * self.shards + self.shard
 
     def now(self) -> float:
         """The Queue's clock: every ttl, ttr, delay and lease is reckoned from it."""

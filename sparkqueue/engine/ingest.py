@@ -20,7 +20,7 @@ PUT_TAG_FIELDS = [("now", "double"), ("pri", "long"), ("utube", "string"), ("ttl
                   ("ttr", "double"), ("delay", "double")]
 
 #: What ingest knows of each inbox file besides its put's tag (see ``_pending``).
-FILE_TAG_FIELDS = [("first_id", "long"), ("inbox_version", "long")]
+FILE_TAG_FIELDS = [("first_id", "long"), ("id_step", "long"), ("inbox_version", "long")]
 
 #: Ingests of up to this many puts carry the puts' tag values as a literal map.
 TAGS_INLINE = 64
@@ -51,7 +51,7 @@ def task_row_sql() -> dict[str, str]:
     ttl = f"coalesce(ttl, c.ttl, {sql_num(st.INF)})"
     delay = "coalesce(delay, c.delay, 0.0D)"
     ttl_end = f"(c.now + {delay} + {ttl})"
-    task_id = "c.first_id + _row"
+    task_id = "c.first_id + _row * c.id_step"  # see TubeContext.task_id
     row = {
         "task_id": task_id,
         "status": f"CASE WHEN {delay} > 0 THEN 'delayed' ELSE 'ready' END",
@@ -103,7 +103,7 @@ def task_columns(joined: DataFrame, columns: list[str] | None = None) -> DataFra
 
 def empty(ctx: TubeContext) -> DataFrame:
     """An empty task DataFrame (a take that found nothing)."""
-    tasks = ctx.layout.read(ctx.layout.tasks(ctx.name))
+    tasks = ctx.layout.read(ctx.layout.tasks(ctx.key))
     if "data" not in tasks.columns:  # not ingested yet: the puts' payload, if any
         payload = payload_schema(ctx) or T.StructType([])
         tasks = tasks.withColumn("data", F.lit(None).cast(payload))
@@ -114,7 +114,7 @@ def payload_schema(ctx: TubeContext) -> T.StructType | None:
     """The tube's payload schema; None until its first put. Read once: only
     the first put sets it (later ones are conformed to it)."""
     if ctx.schema is None:
-        ctx.schema = data_schema(ctx, ctx.layout.inbox(ctx.name))
+        ctx.schema = data_schema(ctx, ctx.layout.inbox(ctx.key))
     return ctx.schema
 
 
@@ -135,19 +135,21 @@ def pending_rows(ctx: TubeContext, spark: SparkSession, anchor: st.Cursor, upto:
     ``upto``, as task rows (only ``columns`` of them when given: fewer to plan).
 
     A task's id is its file's first id plus its place in the file
-    (:meth:`Layout.put_files`); its other columns come from the row
+    (:meth:`Layout.put_files`), spaced for the tube's shards
+    (:meth:`TubeContext.task_id`); its other columns come from the row
     (options given as Columns) and from its put's commit tag (the rest).
     """
-    files, _ = ctx.layout.put_files(ctx.name, anchor, upto)
+    files, _ = ctx.layout.put_files(ctx.key, anchor, upto)
     files = [f for f in files if after is None or f.version > after]
     if not files:
         return None
     payload = payload_schema(ctx)
     assert payload is not None  # there were puts
-    rows = ctx.layout.read_files(ctx.layout.inbox(ctx.name), [f.name for f in files],
+    rows = ctx.layout.read_files(ctx.layout.inbox(ctx.key), [f.name for f in files],
                                  st.inbox_schema(payload), spark)
     fields = FILE_TAG_FIELDS + PUT_TAG_FIELDS
-    values = [(f.name, f.first_id, f.version, *tag_values(f.tag)) for f in files]
+    values = [(f.name, ctx.task_id(f.first_id), ctx.shards, f.version, *tag_values(f.tag))
+              for f in files]
     if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job
         lit = st.sql_literal
         tags = ", ".join(
@@ -170,21 +172,21 @@ def pending_rows(ctx: TubeContext, spark: SparkSession, anchor: st.Cursor, upto:
 def ingest(ctx: TubeContext) -> None:
     """Move tasks put since the last ingest into the tasks table, exactly once."""
     layout = ctx.layout
-    upto = layout.latest_version(layout.inbox(ctx.name))
+    upto = layout.latest_version(layout.inbox(ctx.key))
     if upto <= ctx.ingested_upto:
         return
-    cursor = layout.cursor(ctx.name)
+    cursor = layout.cursor(ctx.key)
     if upto > cursor.version:
-        tasks = layout.tasks(ctx.name)
+        tasks = layout.tasks(ctx.key)
         before = layout.latest_version(tasks)
-        _, next_id = layout.put_files(ctx.name, cursor, upto)
+        _, next_id = layout.put_files(ctx.key, cursor, upto)
         tag = CommitTag.new("ingest", upto=upto, next_id=next_id)
         with layout.tagged(tag) as sess:
             rows = pending_rows(ctx, sess, cursor, upto)
             if rows is None:  # only the sweeper's commits (purge, vacuum) since
                 ctx.ingested_upto = upto
                 return
-            layout.write_marker(ctx.name, cursor, st.Cursor(upto, next_id), rows)
+            layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id), rows)
         # the append is skipped when another process ingested from this cursor
         # first, maybe up to an older version: then only the cursor tells
         if not any(tag.token in (info.get("userMetadata") or "")
@@ -196,10 +198,10 @@ def ingest(ctx: TubeContext) -> None:
 def live_tasks(ctx: TubeContext, now: float, pending: bool = True) -> DataFrame:
     """Every task (tasks table and puts not yet ingested); its state at ``now`` in ``eff``."""
     layout = ctx.layout
-    tasks = layout.read(layout.tasks(ctx.name)).where("task_id >= 0")
-    upto = layout.latest_version(layout.inbox(ctx.name)) if pending else -1
+    tasks = layout.read(layout.tasks(ctx.key)).where("task_id >= 0")
+    upto = layout.latest_version(layout.inbox(ctx.key)) if pending else -1
     if upto > ctx.ingested_upto:
-        rows = pending_rows(ctx, ctx.spark, layout.cursor(ctx.name), upto)
+        rows = pending_rows(ctx, ctx.spark, layout.cursor(ctx.key), upto)
         if rows is not None:
             tasks = tasks.unionByName(rows, allowMissingColumns=True)
     if "data" not in tasks.columns:  # nothing was ever put: no payload schema yet

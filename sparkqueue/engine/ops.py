@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -124,7 +124,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     if isinstance(ids, DataFrame):  # one Spark job, before anything is written
         ids = collected_ids(ids)
     layout = ctx.layout
-    path = layout.tasks(ctx.name)
+    path = layout.tasks(ctx.key)
 
     def attempt() -> tuple[DataFrame, dict[str, int]] | None:
         if op.pending:
@@ -135,7 +135,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
         before = layout.latest_version(path)
         with layout.tagged(tag) as sess:
             keep = ["utube"] if op.exclusive else []
-            picked = pick(sess, now, ids, chooser, collect_upto, keep)
+            picked = pick(sess, now, ids, chooser, collect_upto, keep, ctx.shards)
             if picked is None and not acking:
                 return None
             if picked is None:
@@ -146,14 +146,14 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
             else:
                 base, lo, hi, counts, chosen_count = picked
                 if (op.by_range and not acking and not op.exclusive and not counts
-                    and chosen_count == hi - lo + 1):
+                    and chosen_count == (hi - lo) // ctx.shards + 1):
                     version = update_range(ctx, sess, op, lo, hi, who, tag, now, before)
-                    return layout.changed_at(ctx.name, version, tag.token, lo, hi).select(
+                    return layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
                         *st.PUBLIC_COLUMNS), counts
             chosen = base  # the op's own ids (without the acks riding along)
             acks = None
             if acking:
-                acks = st.id_frame(sess, acking)
+                acks = st.id_frame(sess, acking, ctx.shards)
                 lo, hi = min(lo, acking[0]), max(hi, acking[-1])
             if op.exclusive:
                 base = with_busy(ctx, sess, base, now, acking)
@@ -165,11 +165,11 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
             version = merge_source(ctx, sess, op, base, extra, (lo, hi), tag, acks, who, now,
                                    before, chosen=chooser is not None)
         changes = layout.changed_at(
-            ctx.name, version, tag.token, lo, hi, updates=op.action is not None,
+            ctx.key, version, tag.token, lo, hi, updates=op.action is not None,
             removable=chosen if op.action is None or op.delete_when else None,
         ).select(*st.PUBLIC_COLUMNS)
         if acks is not None:
-            ctx.emit(layout.changed_at(ctx.name, version, tag.token, lo, hi,
+            ctx.emit(layout.changed_at(ctx.key, version, tag.token, lo, hi,
                                        updates=False, removable=acks)
                      .select(*st.PUBLIC_COLUMNS), "ack")
             if picked is None:
@@ -199,7 +199,7 @@ def merge_source(ctx: TubeContext, sess: SparkSession, op: Op, base: DataFrame,
         F.lit(uuid.uuid4().hex).alias("arg_token"),
         *[col.alias(f"arg_{k}") for k, col in (extra or {}).items()],
     )
-    path = ctx.layout.tasks(ctx.name)
+    path = ctx.layout.tasks(ctx.key)
     lo, hi = bounds
     on = f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}"
     try:
@@ -268,7 +268,7 @@ def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int,
     sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
                          token=st.sql_literal(uuid.uuid4().hex, "string"))
     assert op.guard is not None
-    path = ctx.layout.tasks(ctx.name)
+    path = ctx.layout.tasks(ctx.key)
     st.update(sess, path,
               f"t.task_id BETWEEN {lo} AND {hi} AND ({op.guard.format(**sqlctx)}) IS NULL",
               action_set(op, tag, sqlctx))
@@ -303,11 +303,11 @@ def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
     (the guard answers Stale and the take chooses again) or makes the
     commit conflict: a sub-queue is never leased twice.
     """
-    leased = (ctx.layout.read(ctx.layout.tasks(ctx.name), sess)
+    leased = (ctx.layout.read(ctx.layout.tasks(ctx.key), sess)
               .where("status = 'taken'")  # prunes files by their statistics
               .where(f"{effective_status(now)} = 'taken'"))
     if acking:  # acked in this same commit: their leases end with it
-        leased = st.without_ids(leased, acking, sess)
+        leased = st.without_ids(leased, acking, sess, ctx.shards)
     # a flag, not the joined utube: the sub-queue of tasks put without one is NULL
     leased = leased.select(F.col("utube").alias("busy_utube")).distinct()
     leased = leased.withColumn("arg_busy", F.lit(True))
@@ -318,28 +318,28 @@ def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
 
 def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
          chooser: Callable[[float], Chosen] | None, collect_upto: int,
-         keep: list[str] | None = None,
+         keep: list[str] | None = None, step: int = 1,
          ) -> tuple[DataFrame, int, int, dict[str, int], int] | None:
     """The ids a MERGE (or range UPDATE) changes, their bounds, how many were
     stored taken/delayed, and how many they are.
 
     Small choices come to the driver in one job; big ones are checkpointed
     in Spark (one job) and summarized (one more). A choice keeps the
-    columns ``keep`` beside ``task_id``.
+    columns ``keep`` beside ``task_id``. Ids of one shard are ``step`` apart.
     """
     keep = keep or []
     if isinstance(ids, list):  # validated, sorted, distinct: no Spark job needed
         if not ids:
             return None
-        return st.id_frame(sess, ids), ids[0], ids[-1], {}, len(ids)
+        return st.id_frame(sess, ids, step), ids[0], ids[-1], {}, len(ids)
     if chooser is not None:
         chosen = chooser(now)
         if chosen is None:  # nothing can be chosen
             return None
         if isinstance(chosen, tuple):  # every id of a range
             lo, hi = chosen
-            frame = sess.range(lo, hi + 1).select(F.col("id").alias("task_id"))
-            return frame, lo, hi, {}, hi - lo + 1
+            frame = sess.range(lo, hi + 1, step).select(F.col("id").alias("task_id"))
+            return frame, lo, hi, {}, (hi - lo) // step + 1
         frame = chosen.select("task_id", "status", *keep)
     else:
         assert ids is not None
@@ -371,22 +371,42 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
 def diagnose(ctx: TubeContext, op: Op, ids: DataFrame, failed: tuple[str, int], who: str,
              now: float) -> QueueError:
     """Name every id that made ``op`` fail, for an error that says what was wrong."""
-    kind = failed[0]
+    op = replace(op, missing=op.missing or "TaskNotFound")
+    error = guard_error(ctx.name, offenders(ctx, op, ids, who, now), who, failed)
+    assert error is not None
+    return error
+
+
+def offenders(ctx: TubeContext, op: Op, ids: DataFrame, who: str, now: float) -> list[Any]:
+    """The ids (``task_id`` of ``ids``) that ``op``'s checks would refuse at ``now``,
+    read without writing: rows of ``id``, ``kind`` (the error) and ``state``."""
     live = live_tasks(ctx, now).alias("t")
     src = ids.select("task_id").withColumn("arg_owner", F.lit(who)).alias("s")
     joined = src.join(live, F.col("s.task_id") == F.col("t.task_id"), "left")
     eff = effective_status(now, "t.")
     kind_sql = (
-        f"CASE WHEN t.task_id IS NULL THEN '{op.missing or 'TaskNotFound'}' "
+        f"CASE WHEN t.task_id IS NULL THEN {st.sql_literal(op.missing, 'string')} "
         f"ELSE ({op.guard or 'NULL'}) END"
     ).format(eff=eff, now=sql_num(now))
-    rows = (joined.selectExpr("s.task_id AS id", f"{kind_sql} AS kind", f"{eff} AS state")
+    return (joined.selectExpr("s.task_id AS id", f"{kind_sql} AS kind", f"{eff} AS state")
             .where("kind IS NOT NULL").collect())
+
+
+def guard_error(tube: str, rows: list[Any], who: str,
+                failed: tuple[str, int] | None = None) -> QueueError | None:
+    """The typed error for :func:`offenders`' rows (the gravest kind, with every id
+    of it); ``failed``: the kind and an id Delta's check reported, when the rows
+    show none (a change between the commit and the read). None: nothing to refuse."""
     kinds = {str(r["kind"]) for r in rows}
-    kind = next((k for k in ("TaskNotFound", "NotOwner", "InvalidState") if k in kinds), kind)
-    ids_of = sorted(int(r["id"]) for r in rows if r["kind"] == kind) or [failed[1]]
+    kind = next((k for k in ("TaskNotFound", "NotOwner", "InvalidState") if k in kinds),
+                failed[0] if failed else next(iter(sorted(kinds)), None))
+    if kind is None:
+        return None
+    ids_of = sorted(int(r["id"]) for r in rows if r["kind"] == kind)
+    if not ids_of and failed:
+        ids_of = [failed[1]]
     states = {int(r["id"]): str(r["state"]) for r in rows}
-    return st.typed_guard_error(ctx.name, kind, ids_of, who, states)
+    return st.typed_guard_error(tube, kind, ids_of, who, states)
 
 
 def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
@@ -404,8 +424,9 @@ def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
 
     def attempt() -> int | None:
         now = ctx.now()
-        return accelerator.remove_files(layout.tasks(ctx.name),
-                                        lambda files: st.whole_files(files, ids, who, now), tag)
+        return accelerator.remove_files(layout.tasks(ctx.key),
+                                        lambda files: st.whole_files(files, ids, who, now,
+                                                                     ctx.shards), tag)
 
     try:
         version = ctx.guarded(lambda: st.retrying(
@@ -414,8 +435,8 @@ def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
         return None
     if version is None:
         return None
-    acked = layout.changed_at(ctx.name, version, tag.token, ids[0], ids[-1], updates=False,
-                              removable=st.id_frame(ctx.spark, ids))
+    acked = layout.changed_at(ctx.key, version, tag.token, ids[0], ids[-1], updates=False,
+                              removable=st.id_frame(ctx.spark, ids, ctx.shards))
     result = acked.select(*st.PUBLIC_COLUMNS)
     ctx.emit(result, "ack")
     return result

@@ -122,12 +122,12 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
     A put of no rows writes nothing and returns no tasks.
     """
     layout = ctx.layout
-    inbox = layout.inbox(ctx.name)
+    inbox = layout.inbox(ctx.key)
     tube_schema = payload_schema(ctx)
     frame, payload = payload_of(ctx, data, tube_schema)
     rows, put = put_rows(ctx, frame, payload, opts, urgent)
     tag = CommitTag.new("put", put=put)
-    if layout.inbox_has_tokens(ctx.name):
+    if layout.inbox_has_tokens(ctx.key):
         rows = rows.withColumn("put_token", F.lit(tag.token))
     capacity = int(ctx.default("capacity") or 0) if ctx.driver.uses_capacity else 0
     until = time.monotonic() + (opts.timeout or 0.0)
@@ -138,7 +138,7 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
             return empty(ctx)
         if time.monotonic() > deadline:
             raise Timeout(f"put to {ctx.name!r} kept losing its turn to other puts")
-        anchor = layout.cursor(ctx.name)  # ids count from here; read before the append
+        anchor = layout.cursor(ctx.key)  # ids count from here; read before the append
         before = layout.latest_version(inbox)
         if capacity and txn is None:
             # Puts of a capacity tube commit in turn: each records the capacity
@@ -216,7 +216,7 @@ def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, in
     if first:
         writer = writer.option("mergeSchema", "true")
     try:
-        st.append(writer, ctx.layout.inbox(ctx.name))
+        st.append(writer, ctx.layout.inbox(ctx.key))
     except Exception as e:
         bad = BAD_ROW.search(str(e))
         if bad is not None:

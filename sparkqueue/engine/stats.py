@@ -58,6 +58,25 @@ def census(ctx: TubeContext, now: float) -> tuple[dict[str, dict[str, int]], flo
     return {"tasks": tasks, "calls": calls}, oldest
 
 
+def census_of(contexts: list[TubeContext], now: float
+              ) -> tuple[dict[str, dict[str, int]], float | None]:
+    """:func:`census` of a tube's shards (one context each), added up."""
+    found = [census(ctx, now) for ctx in contexts]
+    return (added([counts for counts, _ in found]),
+            min((oldest for _, oldest in found if oldest is not None), default=None))
+
+
+def added(parts: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """Statistics of a tube's shards as the tube's: every count added up."""
+    total: dict[str, dict[str, int]] = {}
+    for part in parts:
+        for group, counts in part.items():
+            into = total.setdefault(group, {})
+            for key, value in counts.items():
+                into[key] = into.get(key, 0) + value
+    return total
+
+
 def logged_calls(ctx: TubeContext) -> dict[str, int]:
     """Call counts from both tables' commit logs, read incrementally.
 
@@ -67,7 +86,7 @@ def logged_calls(ctx: TubeContext) -> dict[str, int]:
     machinery (ingest, sweep, purge, ...) count only the latter.
     """
     total: dict[str, int] = {}
-    for path in (ctx.layout.inbox(ctx.name), ctx.layout.tasks(ctx.name)):
+    for path in (ctx.layout.inbox(ctx.key), ctx.layout.tasks(ctx.key)):
         seen, counts = ctx.stats_cache.get(path, (-1, {}))
         counts = dict(counts)
         for h in ctx.layout.history(path, seen):

@@ -23,6 +23,22 @@ def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
     """:meth:`take`, validated; ``acking``: ids acked in the take's first commit
     (a consumer's previous batch, see ``_apply``), so a loop pays one MERGE per batch."""
     until = time.monotonic() + wait
+    while True:
+        got = take_once(ctx, n, who, win, acking, wait)
+        if got is not None:
+            return got
+        acking = None  # committed (alone, as nothing was ready)
+        remaining = until - time.monotonic()
+        if remaining <= 0:
+            return empty(ctx)
+        time.sleep(min(ctx.config.poll_interval, remaining))
+
+
+def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | None = None,
+              wait: float = 0.0) -> DataFrame | None:
+    """One attempt of :func:`take`, without waiting for tasks: the leased tasks, or
+    None when none was ready (the ``acking`` ids are then acked alone). Conflicts
+    are retried for the tube's conflict timeout, or ``wait`` when longer."""
     exclusive = ctx.driver.uses_utube
     take = Op(
         "take",
@@ -41,40 +57,34 @@ def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
         exclusive=exclusive,
         by_range=True,
     )
-    while True:
-        def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
-            files = file_stats(ctx)
-            if files is not None and not any(st.may_hold_ready(f, now) for f in files):
-                return None  # nothing can be ready: no Spark job
-            if files is not None and ctx.driver.head_only:
-                head = st.ready_head(files, now, n)
-                if head is not None and not overlaps(head, gone):
-                    return head  # whole files of ready tasks: no Spark job
-            rows, near_head = candidates(ctx, now, n, gone)
-            chosen = ctx.driver.choose(rows, n, win)
-            if near_head:  # enough free heads near the head, or choose from all
-                chosen = chosen.localCheckpoint(eager=True)
-                if chosen.count() < n:
-                    rows, _ = candidates(ctx, now, n, gone, bounded=False)
-                    chosen = ctx.driver.choose(rows, n, win)
-            return chosen
 
-        if not acking:
-            fresh = take_fresh(ctx, take, n, win, who)
-            if fresh is not None:
-                return fresh
-        done = apply(ctx,
-                     take, None, owner=who, chooser=chooser,
-                     deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
-                     collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
-                     )
-        if done is not None:
-            return done[0]
-        acking = None  # committed (alone, as nothing was ready)
-        remaining = until - time.monotonic()
-        if remaining <= 0:
-            return empty(ctx)
-        time.sleep(min(ctx.config.poll_interval, remaining))
+    def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
+        files = file_stats(ctx)
+        if files is not None and not any(st.may_hold_ready(f, now) for f in files):
+            return None  # nothing can be ready: no Spark job
+        if files is not None and ctx.driver.head_only:
+            head = st.ready_head(files, now, n, ctx.shards)
+            if head is not None and not overlaps(head, gone):
+                return head  # whole files of ready tasks: no Spark job
+        rows, near_head = candidates(ctx, now, n, gone)
+        chosen = ctx.driver.choose(rows, n, win)
+        if near_head:  # enough free heads near the head, or choose from all
+            chosen = chosen.localCheckpoint(eager=True)
+            if chosen.count() < n:
+                rows, _ = candidates(ctx, now, n, gone, bounded=False)
+                chosen = ctx.driver.choose(rows, n, win)
+        return chosen
+
+    if not acking:
+        fresh = take_fresh(ctx, take, n, win, who)
+        if fresh is not None:
+            return fresh
+    done = apply(ctx,
+                 take, None, owner=who, chooser=chooser,
+                 deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
+                 collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
+                 )
+    return None if done is None else done[0]
 
 
 def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFrame | None:
@@ -99,8 +109,8 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFr
     if not (driver.head_only or driver.sub_queue_heads) or ctx.layout.accelerator is None:
         return None
     layout = ctx.layout
-    path = layout.tasks(ctx.name)
-    upto = layout.latest_version(layout.inbox(ctx.name))
+    path = layout.tasks(ctx.key)
+    upto = layout.latest_version(layout.inbox(ctx.key))
     if upto <= ctx.ingested_upto:
         return None
     try:
@@ -122,11 +132,11 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     files = layout.files_at(path, int(txn.snapshot().version()))
     if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
         return None
-    cursor = layout.cursor(ctx.name)
+    cursor = layout.cursor(ctx.key)
     if cursor.version >= upto:
         ctx.ingested_upto = upto
         return None
-    _, next_id = layout.put_files(ctx.name, cursor, upto)
+    _, next_id = layout.put_files(ctx.key, cursor, upto)
     tag = CommitTag.new("ingest+take", upto=upto, next_id=next_id)
     with layout.tagged(tag) as sess:
         pending = pending_rows(ctx, sess, cursor, upto)
@@ -172,12 +182,12 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                 "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
                 "ELSE array('insert') END"))),
                                 f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
-        version = accelerator.commit_ingest(txn, ctx.name, cursor, st.Cursor(upto, next_id),
+        version = accelerator.commit_ingest(txn, ctx.key, cursor, st.Cursor(upto, next_id),
                                        rows, changes, tag)
     ctx.ingested_upto = upto
     if picked is None:
         return None
-    result = layout.changed_at(ctx.name, version, tag.token, lo, hi).select(
+    result = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
         *st.PUBLIC_COLUMNS)
     ctx.emit(result, "take")
     return result
@@ -202,7 +212,7 @@ def file_stats(ctx: TubeContext) -> list[dict[str, Any]] | None:
     nothing or its whole choice without reading the table. Ingest runs before,
     so puts not yet ingested are in them."""
     layout = ctx.layout
-    path = layout.tasks(ctx.name)
+    path = layout.tasks(ctx.key)
     files = layout.files_at(path, layout.latest_version(path))
     return None if files is None else list(files.values())
 
@@ -222,7 +232,7 @@ def candidates(ctx: TubeContext, now: float, n: int, acking: list[int] | None = 
     count as free (the ack and the take are one commit).
     """
     layout = ctx.layout
-    path = layout.tasks(ctx.name)
+    path = layout.tasks(ctx.key)
     bound = None
     if ctx.driver.head_only or (bounded and ctx.driver.sub_queue_heads):
         # statistics and the read may see different versions: a bound from an older
@@ -239,5 +249,5 @@ def candidates(ctx: TubeContext, now: float, n: int, acking: list[int] | None = 
                 .where(f"eff = 'taken' OR {bound}"))
     else:
         rows = live_tasks(ctx, now, pending=False)
-    rows = st.without_ids(rows, acking, ctx.spark) if acking else rows
+    rows = st.without_ids(rows, acking, ctx.spark, ctx.shards) if acking else rows
     return rows, bound is not None and not ctx.driver.head_only

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from .failures import (
     StaleChoice,
+    conflicts_retried,
     first_line,
     guard_failure,
     is_conflict,
@@ -38,7 +39,7 @@ from .filestats import (
     whole_files,
 )
 from .layout import ENGINES, Layout
-from .paths import append, read, read_stream
+from .paths import append, read, read_stream, shard_key
 from .schema import (
     CHANGE_TYPE,
     FEW_FILES,
@@ -77,9 +78,10 @@ __all__ = [
     "PUBLIC_COLUMNS",
     "RUNS_INLINE", "STATS_COLUMNS", "TASK_COLUMNS", "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS",
     "USER_METADATA", "CommitTag", "Cursor", "Layout", "PutFile", "StaleChoice", "When", "delete",
+    "conflicts_retried",
     "effective_status", "file_entry", "first_line", "guard_failure", "head_bound", "id_frame",
     "id_runs", "inbox_schema", "is_conflict", "is_missing_table", "may_hold", "may_hold_ready",
     "merge", "missing_table_error", "next_event", "parse_tag", "raise_guard", "raise_missing",
-    "ready_head", "ready_when", "retrying", "sql_literal", "sql_num", "stats_of",
+    "ready_head", "ready_when", "retrying", "shard_key", "sql_literal", "sql_num", "stats_of",
     "typed_guard_error", "update", "vacuum", "whole_files", "without_ids",
 ]

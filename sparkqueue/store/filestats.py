@@ -89,13 +89,15 @@ def head_bound(files: list[Any], now: float, n: int) -> str | None:
     return None
 
 
-def ready_head(files: Iterable[dict[str, Any]], now: float, n: int) -> tuple[int, int] | None:
+def ready_head(files: Iterable[dict[str, Any]], now: float, n: int,
+               step: int = 1) -> tuple[int, int] | None:
     """The task ids ``lo..hi`` of the ``n`` lowest ``(pri, order_key, task_id)``
     tasks ready at ``now`` when file statistics alone show them: None otherwise.
 
     They show them when the lowest ready tasks fill whole files of every row
     stored ``ready`` (ttl running, so ready at ``now``) at one ``pri``, whose
-    ids are each file's whole range and run on from file to file, ``n`` rows
+    ids are each file's whole range and run on from file to file (ids ``step``
+    apart: a shard's, see ``TubeContext.task_id``), ``n`` rows
     in all (or fewer when no other file can hold a ready task), and every
     other file that may hold a ready task (:func:`may_hold_ready`) comes
     after all of them: a higher ``pri``, or the same with ``order_key`` and
@@ -109,13 +111,13 @@ def ready_head(files: Iterable[dict[str, Any]], now: float, n: int) -> tuple[int
     if not ready or any(ready[0][k] is None for k in keys):
         return None
     pri, lo = ready[0]["min_pri"], ready[0]["min_task_id"]
-    hi, top_key, rows = lo - 1, None, 0
+    hi, top_key, rows = lo - step, None, 0
     for at, f in enumerate(ready):
         whole = (all(f[k] is not None for k in keys)
                  and f["min_status"] == "ready" == f["max_status"] and f["status_nulls"] == 0
                  and f["min_ttl_end"] > now and f["min_pri"] == pri == f["max_pri"]
-                 and f["min_task_id"] == hi + 1
-                 and f["max_task_id"] - f["min_task_id"] + 1 == f["rows"])
+                 and f["min_task_id"] == hi + step
+                 and f["max_task_id"] - f["min_task_id"] + step == f["rows"] * step)
         if not whole or rows + f["rows"] > n:
             rest = ready[at:]
             break
@@ -138,7 +140,7 @@ def ready_head(files: Iterable[dict[str, Any]], now: float, n: int) -> tuple[int
 
 
 def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
-                now: float) -> list[str] | None:
+                now: float, step: int = 1) -> list[str] | None:
     """The data files whose rows are exactly the tasks ``ids``, all taken by
     ``owner`` with leases live at ``now``; None when ``ids`` are not such files'
     rows all together.
@@ -152,9 +154,9 @@ def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
     lease and ttl ending after ``now``, and its task ids between a minimum and
     maximum with every id between them in ``ids``: then all its rows are in
     ``ids``. Ids are distinct across files, so when the files' rows add up to
-    ``len(ids)``, they are ``ids`` exactly.
+    ``len(ids)``, they are ``ids`` exactly. A shard's ids are ``step`` apart.
     """
-    runs = id_runs(ids)
+    runs = id_runs(ids, step)
     starts = [lo for lo, _ in runs]
     names, covered = [], 0
     for name, f in files.items():

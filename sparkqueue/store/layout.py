@@ -52,7 +52,7 @@ from .files import SparkFiles
 from .filestats import STATS_COLUMNS
 from .jvm import HadoopFiles, delta_classes, jvm_of
 from .log import LogReader, commit_info
-from .paths import NO_TABLE, append
+from .paths import NO_TABLE, append, shard_key
 from .schema import (
     CREATE_PATIENCE,
     INBOX_COLUMNS,
@@ -212,8 +212,9 @@ class Layout(LogReader):
         """Whether a Delta table is at ``path`` (its log has a commit), or by that name."""
         return self.newest_version(path) is not None
 
-    def delete_tube_dir(self, tube: str) -> None:
-        """Delete a tube's folder (both its tables) and forget what was cached of it.
+    def delete_tube_dir(self, tube: str, shards: int = 1) -> None:
+        """Delete a tube's folder (its tables, its shards' too) and forget what was
+        cached of it.
 
         Where storage cannot be reached but through Spark (the portable
         engine), its tables are emptied and vacuumed instead: their data files
@@ -221,16 +222,19 @@ class Layout(LogReader):
         of its own (:meth:`free_folder`).
         """
         folder = self.tube_dir(tube)
+        keys = [shard_key(tube, k) for k in range(shards)]
+        tables = [ref for key in keys for ref in (self.inbox(key), self.tasks(key))]
         if self.catalog:  # managed tables: dropping one deletes its files
-            for ref in (self.inbox(tube), self.tasks(tube)):
+            for ref in tables:
                 self.spark.sql(f"DROP TABLE IF EXISTS {sql_table(ref)}")
                 self.forget(ref)
             return
         if not self.files.delete(folder):
-            for path in (self.inbox(tube), self.tasks(tube)):
+            for path in tables:
                 if self.exists(path):
                     self._empty(path)
-        self.forget(folder)
+        for key in keys:
+            self.forget(self.tube_dir(key))
 
     def _empty(self, path: str) -> None:
         """Delete every row of the table at ``path`` and its data files, now."""

@@ -19,6 +19,13 @@ CATALOG_ROOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
 NO_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND", "NoSuchTableException")
 
 
+def shard_key(tube: str, shard: int) -> str:
+    """The name a tube's shard ``shard`` is known by here: the tube's own name for
+    shard 0 (so a tube of one shard is stored as before shards existed), else
+    ``<tube>#<shard>`` (``#`` is in no tube name, so no tube's key is taken)."""
+    return tube if shard == 0 else f"{tube}#{shard}"
+
+
 class Paths:
     """Where a root's tables are, and the sessions that write them.
 
@@ -39,14 +46,23 @@ class Paths:
         self._folders: dict[str, str] = {}  # tube: its folder's name, where not the tube's
         self._locations: dict[str, str] = {}  # table name: its location
 
-    def place(self, tube: str, folder: str | None) -> None:
+    def place(self, tube: str, folder: str | None, shards: int = 1) -> None:
         """Where tube ``tube``'s tables are: ``tubes/<folder>`` (None: ``tubes/<tube>``).
         The registry row of a tube names its folder when a dropped tube of the
-        same name left one behind (see :meth:`Layout.free_folder`)."""
-        if folder is None or folder == tube:
-            self._folders.pop(tube, None)
-        else:
-            self._folders[tube] = folder
+        same name left one behind (see :meth:`Layout.free_folder`).
+
+        Shard ``k > 0`` of a sharded tube (:func:`shard_key`) has tables of its
+        own inside the tube's folder, ``tubes/<folder>/shard<k>/inbox`` (in a
+        catalog ``<folder>__shard<k>__inbox``); shard 0's are the tube's own.
+        """
+        base = folder or tube
+        for k in range(shards):
+            key = shard_key(tube, k)
+            where = base if k == 0 else f"{base}{'__' if self.catalog else '/'}shard{k}"
+            if where == key:
+                self._folders.pop(key, None)
+            else:
+                self._folders[key] = where
 
     @property
     def registry(self) -> str:

@@ -81,36 +81,40 @@ def raise_missing(kind: str = "TaskNotFound") -> str:
             "AS BIGINT)")
 
 
-def id_runs(ids: list[int]) -> list[tuple[int, int]]:
-    """``ids`` (sorted, distinct) as runs of consecutive ids, ``(first, last)`` each."""
+def id_runs(ids: list[int], step: int = 1) -> list[tuple[int, int]]:
+    """``ids`` (sorted, distinct) as runs of consecutive ids, ``(first, last)`` each:
+    ids ``step`` apart (a shard's, see ``TubeContext.task_id``) are consecutive."""
     runs: list[tuple[int, int]] = []
     for i in ids:
-        if runs and runs[-1][1] == i - 1:
+        if runs and runs[-1][1] == i - step:
             runs[-1] = (runs[-1][0], i)
         else:
             runs.append((i, i))
     return runs
 
 
-def id_frame(spark: SparkSession, ids: list[int]) -> DataFrame:
+def id_frame(spark: SparkSession, ids: list[int], step: int = 1) -> DataFrame:
     """``ids`` (sorted, distinct) as a one-column DataFrame ``task_id``.
 
     Shipped as runs of consecutive ids, expanded in Spark: a batch a
     consumer took is mostly one run, so 100,000 ids cross from Python as a
     few pairs instead of 100,000 pickled rows.
     """
-    return spark.createDataFrame(id_runs(ids), "lo long, hi long").select(
-        F.explode(F.sequence("lo", "hi")).alias("task_id"))
+    return spark.createDataFrame(id_runs(ids, step), "lo long, hi long").select(
+        F.explode(F.sequence("lo", "hi", F.lit(step).cast("long"))).alias("task_id"))
 
 
-def without_ids(frame: DataFrame, ids: list[int], spark: SparkSession) -> DataFrame:
+def without_ids(frame: DataFrame, ids: list[int], spark: SparkSession,
+                step: int = 1) -> DataFrame:
     """``frame`` without the rows whose ``task_id`` is in ``ids`` (sorted, distinct).
 
     Few runs of consecutive ids (a consumer's acked batch is mostly one) are
     a filter on ranges, which needs no Spark job; many are an anti-join.
+    ``frame`` holds one shard's ids only (``step`` apart), so a range names
+    exactly the run's.
     """
-    runs = id_runs(ids)
+    runs = id_runs(ids, step)
     if len(runs) <= schema.RUNS_INLINE:
         return frame.where(" AND ".join(
             f"NOT (task_id BETWEEN {lo} AND {hi})" for lo, hi in runs) or "TRUE")
-    return frame.join(F.broadcast(id_frame(spark, ids)), "task_id", "left_anti")
+    return frame.join(F.broadcast(id_frame(spark, ids, step)), "task_id", "left_anti")

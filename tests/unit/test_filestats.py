@@ -70,3 +70,16 @@ def test_id_runs_and_statistics_json() -> None:
                                                                 "ttl_end": "Infinity"}}))
     assert (stats["rows"], stats["min_status"], stats["min_ttl_end"]) == (3, "ready", math.inf)
     assert stats_of(None)["rows"] is None
+
+
+def test_a_shards_ids_step_by_the_shard_count() -> None:
+    # shard 1 of 4: ids 1, 5, 9, ... (see TubeContext.task_id)
+    assert id_runs([1, 5, 9, 17, 21], step=4) == [(1, 9), (17, 21)]
+    files = [file(1, 37, rows=10), file(41, 77, rows=10)]
+    assert ready_head(files, NOW, 20, step=4) == (1, 77)
+    assert ready_head(files, NOW, 10, step=4) == (1, 37)
+    assert ready_head(files, NOW, 20) is None  # read with a step of 1, ids do not run on
+    assert ready_head([file(1, 37, rows=10), file(45, 81, rows=10)], NOW, 20, step=4) is None
+    taken = {"a": file(1, 37, "taken", owner="me", lease=NOW + 9, rows=10)}
+    assert whole_files(taken, list(range(1, 38, 4)), "me", NOW, step=4) == ["a"]
+    assert whole_files(taken, list(range(1, 34, 4)), "me", NOW, step=4) is None
