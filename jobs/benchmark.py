@@ -34,6 +34,11 @@ new processes from the first put call to the last ack (cold, then warm), put to
 takeable against a plain Delta append, and take(1) + ack(1) round trips against
 a one-row MERGE plus a one-row UPDATE.
 
+The shards section (jobs/bench_shards.py) runs four consumers, each a Spark
+application of its own, on a four-shard tube against one consumer, and
+against four on a tube of one shard: tasks per second and conflicts per take;
+and the same for sub-queues taken with window 1.
+
 The sweep section times one sweeper pass over a 100,000-task and a
 10,000,000-task tube with 1% of the tasks due in each (--sweep-sizes).
 
@@ -49,7 +54,7 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
-    python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines,e2e (all)
+    python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines,e2e,shards
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/benchmark.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
@@ -73,6 +78,7 @@ from typing import Any
 from bench_e2e import Sizes, bench_e2e
 from bench_engines import bench_engines, consume_all, ingested, payload, say, timed
 from bench_report import write_report
+from bench_shards import bench_shards
 from bench_verbs import bench_drain, bench_put, bench_take, drain_all, take_tubes
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -247,9 +253,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--drain-batch", type=int, default=100_000)
     parser.add_argument("--scale", action="store_true", help="also take(1000) on a --big tube")
     parser.add_argument("--big", type=int, default=10_000_000)
-    parser.add_argument("--sections", default="put,take,drain,utube,sweep,engines,e2e",
+    parser.add_argument("--sections", default="put,take,drain,utube,sweep,engines,e2e,shards",
                         help="which to run, comma-separated: "
-                             "put,take,drain,utube,sweep,engines,e2e")
+                             "put,take,drain,utube,sweep,engines,e2e,shards")
+    parser.add_argument("--shard-rows", type=int, default=200_000,
+                        help="tasks of the shards section's drains")
+    parser.add_argument("--shard-batch", type=int, default=1000)
+    parser.add_argument("--utube-each", type=int, default=20,
+                        help="tasks per sub-queue in the shards section's utube drains")
     parser.add_argument("--e2e-big-rows", type=int, default=5_000_000,
                         help="tasks of the end-to-end section's big drains (0: none)")
     parser.add_argument("--e2e-big-batch", type=int, default=1_000_000)
@@ -270,7 +281,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "use its --driver-memory)")
     args = parser.parse_args(argv)
     unknown = set(args.sections.split(",")) - {
-        "put", "take", "drain", "utube", "sweep", "engines", "e2e"}
+        "put", "take", "drain", "utube", "sweep", "engines", "e2e", "shards"}
     if unknown:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     return args
@@ -315,6 +326,11 @@ def main(argv: list[str] | None = None) -> int:
         figures.update(bench_e2e(spark, sq, f"{root}/e2e", Sizes(
             args.rows, args.drain_batch, args.e2e_big_rows, args.e2e_big_batch,
             args.round_trip_rows, args.repeat, args.driver_memory), say))
+
+    if "shards" in sections:
+        say(f"shards: consumers in Spark applications of their own, {args.shard_rows} tasks")
+        figures.update(bench_shards(spark, f"{root}/shards", args.shard_rows,
+                                    args.shard_batch, args.utube_each, say))
 
     if "sweep" in sections:
         bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])

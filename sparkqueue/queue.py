@@ -7,6 +7,7 @@ import json
 import time
 import uuid
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -169,7 +170,7 @@ class Queue:
         --------
         >>> sq.create_tube("mail", "fifottl", ttl=86400, ttr=60)   # doctest: +SKIP
         """
-        validate.tube_name(name)
+        validate.new_tube_name(name)
         if not isinstance(type, str):
             raise InvalidOption(f"tube type must be a string, got {type!r}")
         driver_cls = self._driver(type)
@@ -214,8 +215,10 @@ class Queue:
             if folder != name:
                 options["folder"] = folder
             self._layout.place(name, folder, shards)
-            for k in range(shards):
-                self._layout.create_tube_tables(st.shard_key(name, k), change_feed)
+            keys = [st.shard_key(name, k) for k in range(shards)]
+            with ThreadPoolExecutor(max_workers=min(len(keys), 4)) as pool:  # shards at once
+                list(pool.map(lambda key: self._layout.create_tube_tables(key, change_feed),
+                              keys))
         if not self._register(name, type, options):
             if if_not_exists:
                 found = self.tube(name)

@@ -48,6 +48,20 @@ def tube_name(name: Any) -> str:
     return name
 
 
+#: The end of a name the tables of a tube's shards use (``<tube>__shard<k>`` in a
+#: catalog): no new tube may have it, or it would take another tube's shard tables.
+SHARD_NAME = re.compile(r".*__shard[0-9]+")
+
+
+def new_tube_name(name: Any) -> str:
+    """A name for a new tube: a :func:`tube_name` not ending in ``__shard<k>``."""
+    tube_name(name)
+    if SHARD_NAME.fullmatch(name):
+        raise InvalidOption(f"invalid tube name {name!r}: a name ending in '__shard<k>' "
+                            "names the tables of a sharded tube's shard")
+    return str(name)
+
+
 def seconds(what: str, value: Any) -> float:
     """A non-negative time in seconds (any real number but bool, not NaN); ``inf``
     only for the times in :data:`NEVER_ENDS`."""

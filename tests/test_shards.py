@@ -162,5 +162,12 @@ def test_consumer_sweeper_sink_and_drop_on_a_sharded_tube(
     progress = Consumer(t, handle, batch_size=2, take_timeout=0, idle_timeout=0).run()
     assert progress.done == 6 and sorted(done) == sorted(set(done)) and leased[0] in done
     assert t.statistics()["tasks"]["total"] == 0
+    query = (t.changes(starting_version=0).writeStream.format("memory")
+             .queryName("sharded_changes").trigger(availableNow=True).start())
+    query.awaitTermination()
+    events = spark.table("sharded_changes").groupBy("event").agg(
+        F.sort_array(F.collect_set("task_id")).alias("ids")).collect()
+    assert {r["event"]: list(r["ids"]) for r in events if r["event"] != "sweep"} == {
+        "put": sorted(done), "take": sorted(done), "delete": sorted(done)}
     t.drop()
     assert not (Path(root) / "tubes" / "t").exists() and sq.tubes() == []

@@ -71,3 +71,10 @@ def test_a_tag_no_put_may_write_any_more_still_gives_storable_values() -> None:
 
 def test_unbury_is_dig() -> None:
     assert Tube.unbury is Tube.dig
+
+
+def test_a_new_tube_may_not_take_a_shard_s_table_names() -> None:
+    assert validate.new_tube_name("jobs__shardless") == "jobs__shardless"
+    assert validate.new_tube_name("shard1") == "shard1"
+    with pytest.raises(InvalidOption, match="shard"):
+        validate.new_tube_name("jobs__shard1")

@@ -1,0 +1,177 @@
+"""The benchmark's shards section: consumers in separate Spark applications at once.
+
+In one run:
+
+- drains of --shard-rows tasks (fifottl, put as four puts, so one per shard of a
+  four-shard tube) by ``Consumer`` loops in batches of --shard-batch, each
+  consumer a Python process with a local Spark of its own: four consumers on
+  a four-shard tube, one consumer on a four-shard tube, and four consumers on
+  a tube of one shard (today's single tasks table). For each: tasks per
+  second from the moment all consumers are ready (session started, tube
+  opened) to the last one's end, and Delta conflicts retried per take (by
+  every consumer, over all their takes). Ratios: four consumers against one
+  on the sharded tube (tasks per second), and the conflicts per take of the
+  sharded tube against the single table's.
+- the same with sub-queues: a utubettl tube of 16 sub-queues of --utube-each
+  tasks, taken with window 1 (one task per free sub-queue), four consumers,
+  on four shards against one.
+
+Consumers' owners are chosen so that each starts at a shard of its own
+(``engine.shards.home_shard``); each moves on to the others' shards when
+its own is empty.
+
+    python jobs/bench_shards.py --json out.json                     # the section alone
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench_engines import payload
+from pyspark.sql import functions as F
+
+import sparkqueue
+from sparkqueue import store as st
+from sparkqueue.engine.shards import home_shard
+
+#: Consumers of the parallel runs, and the shards of the sharded tubes.
+CONSUMERS = 4
+SHARDS = 4
+#: Sub-queues of the utube runs.
+SUB_QUEUES = 16
+
+
+def owners(count: int, shards: int) -> list[str]:
+    """``count`` owner names whose takes start at shards 0, 1, ... (modulo ``shards``)."""
+    found: dict[int, str] = {}
+    i = 0
+    while len(found) < min(count, shards):
+        found.setdefault(home_shard(f"consumer-{i}", shards), f"consumer-{i}")
+        i += 1
+    return [found[k % shards] if k < shards else f"consumer-extra-{k}" for k in range(count)]
+
+
+def worker(args: argparse.Namespace) -> dict[str, float]:
+    """One consumer: start, open the tube, say ready, wait for the go, drain; figures."""
+    spark = sparkqueue.session(app_name=f"sparkqueue-bench-{args.owner}")
+    sq = sparkqueue.connect(spark, args.root, owner=args.owner)
+    tube = sq.tube(args.tube)
+    Path(args.ready).write_text("ready")
+    while not os.path.exists(args.go):
+        time.sleep(0.05)
+    before = st.conflicts_retried()
+    progress = sparkqueue.Consumer(tube, lambda batch: None, batch_size=args.batch,
+                                   take_timeout=0, idle_timeout=0).run()
+    ended = time.time()
+    spark.stop()
+    return {"done": progress.done, "takes": progress.batches + 1, "ended": ended,
+            "conflicts": st.conflicts_retried() - before}
+
+
+def drain_together(root: str, tube: str, count: int, shards: int, batch: int) -> dict[str, float]:
+    """``count`` consumer processes draining ``tube`` at once: tasks per second from
+    the go to the last one's end, and conflicts retried per take."""
+    work = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-shards-"))
+    go = work / "go"
+    procs = []
+    for k, owner in enumerate(owners(count, shards)):
+        procs.append(subprocess.Popen(
+            [sys.executable, __file__, "--worker", "--root", root, "--tube", tube,
+             "--owner", owner, "--batch", str(batch), "--ready", str(work / f"ready{k}"),
+             "--go", str(go), "--json", str(work / f"out{k}.json")], env=dict(os.environ)))
+    while not all((work / f"ready{k}").exists() for k in range(count)):
+        if any(p.poll() not in (None, 0) for p in procs):
+            raise RuntimeError(f"a consumer of {tube!r} failed to start")
+        time.sleep(0.2)
+    started = time.time()
+    go.write_text("go")
+    for p in procs:
+        if p.wait() != 0:
+            raise RuntimeError(f"a consumer of {tube!r} exited with {p.returncode}")
+    outs = [json.loads((work / f"out{k}.json").read_text()) for k in range(count)]
+    done = sum(o["done"] for o in outs)
+    seconds = max(o["ended"] for o in outs) - started
+    return {"tasks": done, "s": seconds, "tasks_per_s": done / seconds,
+            "conflicts_per_take": sum(o["conflicts"] for o in outs) / sum(
+                o["takes"] for o in outs)}
+
+
+def fill(sq: sparkqueue.Queue, name: str, rows: Any, shards: int,
+         utube: bool = False) -> None:
+    """A new tube holding ``rows``: for fifottl, as ``SHARDS`` puts (one per shard
+    of a sharded tube); for utubettl, one put, each row to its sub-queue."""
+    tube = sq.create_tube(name, "utubettl" if utube else "fifottl", shards=shards)
+    if utube:
+        tube.put(rows, utube=F.col("q"))
+        return
+    parts = rows.withColumn("_part", F.col("n") % SHARDS).localCheckpoint(eager=True)
+    for k in range(SHARDS):
+        tube.put(parts.where(F.col("_part") == k).drop("_part"))
+
+
+def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int,
+                 say: Any) -> dict[str, float]:
+    """The section's figures (see the module's docstring)."""
+    sq = sparkqueue.connect(spark, root, owner="bench")
+    data = payload(spark, rows).localCheckpoint(eager=True)
+    figures: dict[str, float] = {}
+    runs = {"shards_4x4": (CONSUMERS, SHARDS), "shards_1x4": (1, SHARDS),
+            "shards_4x1": (CONSUMERS, 1)}
+    for name, (count, shards) in runs.items():
+        say(f"{count} consumer(s) draining {rows} tasks of a tube of {shards} shard(s)")
+        fill(sq, name, data, shards)
+        for key, value in drain_together(root, name, count, shards, batch).items():
+            figures[f"{name}_{key}"] = value
+    figures["shards_4_consumers_over_1_ratio"] = (
+        figures["shards_4x4_tasks_per_s"] / figures["shards_1x4_tasks_per_s"])
+    queues = spark.range(SUB_QUEUES * each).select(
+        F.col("id").alias("n"), (F.col("id") % SUB_QUEUES).cast("string").alias("q"))
+    for shards in (SHARDS, 1):
+        name = f"shards_utube_4x{shards}"
+        say(f"{CONSUMERS} consumers, window 1, {SUB_QUEUES} sub-queues over {shards} shard(s)")
+        fill(sq, name, queues, shards, utube=True)
+        for key, value in drain_together(root, name, CONSUMERS, shards, batch).items():
+            figures[f"{name}_{key}"] = value
+    figures["shards_utube_4_shards_over_1_ratio"] = (
+        figures["shards_utube_4x4_tasks_per_s"] / figures["shards_utube_4x1_tasks_per_s"])
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--worker", action="store_true", help="run one consumer (internal)")
+    parser.add_argument("--root", default=None)
+    parser.add_argument("--tube", default=None)
+    parser.add_argument("--owner", default=None)
+    parser.add_argument("--ready", default=None)
+    parser.add_argument("--go", default=None)
+    parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--batch", type=int, default=1000)
+    parser.add_argument("--utube-each", type=int, default=20)
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args(argv)
+    if args.worker:
+        figures = worker(args)
+    else:
+        spark = sparkqueue.session(app_name="sparkqueue-benchmark-shards")
+        root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-shards-")
+        figures = bench_shards(spark, f"{root}/queues", args.rows, args.batch,
+                               args.utube_each, lambda line: print(line, flush=True))
+        for key, value in figures.items():
+            print(f"  {key:<44} {value:.3f}")
+        spark.stop()
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
