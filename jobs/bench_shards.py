@@ -50,13 +50,18 @@ SUB_QUEUES = 16
 
 
 def owners(count: int, shards: int) -> list[str]:
-    """``count`` owner names whose takes start at shards 0, 1, ... (modulo ``shards``)."""
-    found: dict[int, str] = {}
+    """``count`` owner names whose takes start at shards of their own while there are
+    shards left (``engine.shards.home_shard``)."""
+    names: list[str] = []
+    homes: set[int] = set()
     i = 0
-    while len(found) < min(count, shards):
-        found.setdefault(home_shard(f"consumer-{i}", shards), f"consumer-{i}")
-        i += 1
-    return [found[k % shards] if k < shards else f"consumer-extra-{k}" for k in range(count)]
+    while len(names) < count:
+        name, i = f"consumer-{i}", i + 1
+        home = home_shard(name, shards)
+        if home not in homes or len(homes) == shards:
+            homes.add(home)
+            names.append(name)
+    return names
 
 
 def worker(args: argparse.Namespace) -> dict[str, float]:
@@ -130,6 +135,7 @@ def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int,
         fill(sq, name, data, shards)
         for key, value in drain_together(root, name, count, shards, batch).items():
             figures[f"{name}_{key}"] = value
+            say(f"  {name}_{key}: {value:.3f}")
     figures["shards_4_consumers_over_1_ratio"] = (
         figures["shards_4x4_tasks_per_s"] / figures["shards_1x4_tasks_per_s"])
     queues = spark.range(SUB_QUEUES * each).select(
@@ -140,6 +146,7 @@ def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int,
         fill(sq, name, queues, shards, utube=True)
         for key, value in drain_together(root, name, CONSUMERS, shards, batch).items():
             figures[f"{name}_{key}"] = value
+            say(f"  {name}_{key}: {value:.3f}")
     figures["shards_utube_4_shards_over_1_ratio"] = (
         figures["shards_utube_4x4_tasks_per_s"] / figures["shards_utube_4x1_tasks_per_s"])
     return figures

@@ -253,13 +253,13 @@ class Queue:
                            what=f"registering tube {name!r}")
 
     def _registry_rows(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        rows = self._layout.read(self._layout.registry).collect()
+        rows = self._layout.read_registry().collect()
         return {r["name"]: (r["type"], json.loads(r["options"])) for r in rows}
 
     def tube(self, name: str) -> Tube:
         """The existing tube ``name``; :class:`TubeNotFound` otherwise."""
         validate.tube_name(name)
-        rows = self._layout.read(self._layout.registry).where(F.col("name") == name).collect()
+        rows = self._layout.read_registry().where(F.col("name") == name).collect()
         if not rows:
             raise TubeNotFound(name, self._registry_rows())
         type_name, options = rows[0]["type"], json.loads(rows[0]["options"])

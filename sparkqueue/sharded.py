@@ -164,7 +164,7 @@ class ShardedTube(Tube):
         return sh.union([part.tasks_by_state(state) for part in self._parts])
 
     def statistics(self) -> dict[str, dict[str, int]]:
-        return stats.added([part.statistics() for part in self._parts])
+        return self._ctx.guarded(lambda: stats.census_of(self._contexts(), self._ctx.now())[0])
 
     def truncate(self) -> None:
         for part in self._parts:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import reduce
+
 from pyspark.sql import functions as F
 
 from ..task import LIVE_STATES
@@ -35,7 +37,16 @@ COMPLETING = ("ack", "delete", "done", "ttl")
 
 def census(ctx: TubeContext, now: float) -> tuple[dict[str, dict[str, int]], float | None]:
     """Statistics at ``now``, and the creation time of the oldest ready task."""
-    rows = (live_tasks(ctx, now).groupBy("eff").agg(
+    return census_of([ctx], now)
+
+
+def census_of(contexts: list[TubeContext], now: float
+              ) -> tuple[dict[str, dict[str, int]], float | None]:
+    """:func:`census` of a tube's shards (one context each) added up, counted in
+    one Spark job."""
+    live = reduce(lambda a, b: a.unionByName(b), [
+        live_tasks(ctx, now).select("eff", "status", "created") for ctx in contexts])
+    rows = (live.groupBy("eff").agg(
         F.count("*").alias("n"),
         *[F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(k)
           for k, s in EXPIRY_COUNTS.items() if k != "ttl"],
@@ -43,8 +54,9 @@ def census(ctx: TubeContext, now: float) -> tuple[dict[str, dict[str, int]], flo
     ).collect())
     by_state = {r["eff"]: int(r["n"]) for r in rows}
     calls = dict.fromkeys(CALL_KEYS, 0)
-    for key, value in logged_calls(ctx).items():
-        calls[key] = calls.get(key, 0) + value
+    for ctx in contexts:
+        for key, value in logged_calls(ctx).items():
+            calls[key] = calls.get(key, 0) + value
     # expiries that happened but were not yet written down count at once
     for r in rows:
         if r["eff"] == "ready":
@@ -56,25 +68,6 @@ def census(ctx: TubeContext, now: float) -> tuple[dict[str, dict[str, int]], flo
     tasks["total"] = sum(by_state.get(s.value, 0) for s in LIVE_STATES)
     oldest = next((float(r["oldest"]) for r in rows if r["eff"] == "ready"), None)
     return {"tasks": tasks, "calls": calls}, oldest
-
-
-def census_of(contexts: list[TubeContext], now: float
-              ) -> tuple[dict[str, dict[str, int]], float | None]:
-    """:func:`census` of a tube's shards (one context each), added up."""
-    found = [census(ctx, now) for ctx in contexts]
-    return (added([counts for counts, _ in found]),
-            min((oldest for _, oldest in found if oldest is not None), default=None))
-
-
-def added(parts: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
-    """Statistics of a tube's shards as the tube's: every count added up."""
-    total: dict[str, dict[str, int]] = {}
-    for part in parts:
-        for group, counts in part.items():
-            into = total.setdefault(group, {})
-            for key, value in counts.items():
-                into[key] = into.get(key, 0) + value
-    return total
 
 
 def logged_calls(ctx: TubeContext) -> dict[str, int]:
