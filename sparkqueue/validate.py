@@ -50,7 +50,7 @@ def tube_name(name: Any) -> str:
 
 #: The end of a name the tables of a tube's shards use (``<tube>__shard<k>`` in a
 #: catalog): no new tube may have it, or it would take another tube's shard tables.
-SHARD_NAME = re.compile(r".*__shard[0-9]+")
+SHARD_NAME = re.compile(r".*__shard[0-9]+", re.IGNORECASE)  # as catalogs
 
 
 def new_tube_name(name: Any) -> str:

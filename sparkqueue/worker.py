@@ -20,6 +20,7 @@ from pyspark.sql import DataFrame
 
 from . import validate
 from .engine import ops, shards
+from .engine.take import take_once
 from .errors import InvalidOption, QueueError
 
 if TYPE_CHECKING:
@@ -164,16 +165,15 @@ class Consumer:
         if acks and ops.ack_files(home, acks, who) is not None:  # whole files: no MERGE
             self.progress.done += len(acks)
             acks = []
-        if acks:
+        if acks:  # with a take on their shard; when it finds nothing, committed alone
             try:
-                batch, self._shard = shards.take_any(
-                    contexts, self._shard, self.batch_size, self.take_timeout, who, window,
-                    acking=acks)
+                batch = take_once(home, self.batch_size, who, window, acks, self.take_timeout)
             except QueueError:
                 self.progress.done += self._apply(tube.ack, acks)
             else:
                 self.progress.done += len(acks)
-                return batch
+                if batch is not None:
+                    return batch
         batch, self._shard = shards.take_any(contexts, self._shard, self.batch_size,
                                              self.take_timeout, who, window)
         return batch

@@ -12,7 +12,15 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
-from sparkqueue import Consumer, FakeClock, InvalidOption, InvalidState, Queue, TaskNotFound
+from sparkqueue import (
+    CapacityExceeded,
+    Consumer,
+    FakeClock,
+    InvalidOption,
+    InvalidState,
+    Queue,
+    TaskNotFound,
+)
 from sparkqueue import store as st
 from sparkqueue.engine.shards import home_shard, utube_shard
 from tests.conftest import ids, versions
@@ -41,6 +49,11 @@ def test_shards_are_checked_and_fixed_at_creation(sq: Queue) -> None:
     with pytest.raises(InvalidOption, match="fixed"):
         sq.create_tube("t", "fifo", shards=3, if_not_exists=True)
     assert len(sq.tube("t").parts) == 2
+    capped = sq.create_tube("c", "limfifottl", capacity=4, shards=2)  # two tasks per shard
+    assert len(ids(capped.put([1, 2]))) == len(ids(capped.put([3, 4]))) == 2
+    assert capped.options["capacity"] == 4
+    with pytest.raises(CapacityExceeded):
+        capped.put([5])
 
 
 def test_ids_name_their_shard_puts_take_turns_and_takes_move_on(sq: Queue) -> None:
@@ -121,6 +134,8 @@ def test_a_sub_queue_lives_in_one_shard_and_keeps_its_order(sq: Queue,
     t = sq.create_tube("u", "utubettl", shards=2)
     rows = spark.createDataFrame([(q, i) for i in range(3) for q in "abcd"], "q string, i int")
     put = t.put(rows, utube=F.col("q")).collect()
+    alone = ids(t.put([{"q": "-", "i": 0}, {"q": "-", "i": 1}]))  # no sub-queue: one, shard 0
+    assert [i % 2 for i in alone] == [0, 0]
     for r in put:
         assert r["task_id"] % 2 == utube_shard(r["utube"], 2)
     assert t.put({"q": "e", "i": 0}, utube="e").task_id % 2 == utube_shard("e", 2)
@@ -135,7 +150,7 @@ def test_a_sub_queue_lives_in_one_shard_and_keeps_its_order(sq: Queue,
         assert len({r["utube"] for r in got}) == len(got)
         t.ack(batch)
     assert order == {"a": [0, 1, 2], "b": [0, 1, 2], "c": [0, 1, 2], "d": [0, 1, 2],
-                     "e": [0]}
+                     "e": [0], None: [0, 1]}
 
 
 def test_consumer_sweeper_sink_and_drop_on_a_sharded_tube(

@@ -63,6 +63,13 @@ class TubeContext:
         """The name the store knows this context's tables by: the tube's, or its shard's."""
         return st.shard_key(self.name, self.shard)
 
+    def capacity(self) -> int:
+        """The live tasks this context's tables may hold (0: no bound): the tube's
+        capacity, split evenly among its shards (the shares add up to it), so
+        that no two shards spend the same room."""
+        total, n = int(self.options.get("capacity") or 0), self.shards
+        return total // n + (1 if self.shard < total % n else 0) if total else 0
+
     def task_id(self, row: int) -> int:
         """The task id of the ``row``-th task put to this context's inbox (0, 1, ...):
         rows of shard ``k`` of ``N`` get ``k``, ``k + N``, ``k + 2N``, ...; so ids

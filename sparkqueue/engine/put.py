@@ -129,7 +129,7 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
     tag = CommitTag.new("put", put=put)
     if layout.inbox_has_tokens(ctx.key):
         rows = rows.withColumn("put_token", F.lit(tag.token))
-    capacity = int(ctx.default("capacity") or 0) if ctx.driver.uses_capacity else 0
+    capacity = ctx.capacity() if ctx.driver.uses_capacity else 0
     until = time.monotonic() + (opts.timeout or 0.0)
     adding = frame.count() if capacity else -1
     deadline = ctx.deadline(opts.timeout or 0.0)

@@ -45,18 +45,9 @@ MAX_SHARDS = 64
 
 def shard_contexts(base: TubeContext) -> list[TubeContext]:
     """The contexts of every shard of ``base``'s tube (``base`` is shard 0), each with
-    caches of its own. A capacity is split among the shards (each holds its
-    share; the shares add up to it), so that no two shards spend the same room."""
-    n = base.shards
-    out = [base]
-    for k in range(1, n):
-        out.append(replace(base, shard=k, options=dict(base.options), ingested_upto=-1,
-                           stats_cache={}, schema=None))
-    capacity = int(base.options.get("capacity") or 0)
-    if capacity and n > 1:
-        for k, ctx in enumerate(out):
-            ctx.options["capacity"] = capacity // n + (1 if k < capacity % n else 0)
-    return out
+    caches of its own."""
+    return [base] + [replace(base, shard=k, options=dict(base.options), ingested_upto=-1,
+                             stats_cache={}, schema=None) for k in range(1, base.shards)]
 
 
 def utube_shard(utube: str, shards: int) -> int:
@@ -65,10 +56,11 @@ def utube_shard(utube: str, shards: int) -> int:
     return zlib.crc32(utube.encode("utf-8")) % shards
 
 
-def utube_shard_column(utube: Column, shards: int, otherwise: int) -> Column:
-    """:func:`utube_shard` of a Column of sub-queues; rows without one go to ``otherwise``."""
+def utube_shard_column(utube: Column, shards: int) -> Column:
+    """:func:`utube_shard` of a Column of sub-queues; rows without one go to shard 0
+    (on a utube tube they share one sub-queue, see :func:`put`)."""
     crc = F.crc32(utube.cast("string").cast("binary"))
-    return F.coalesce(F.pmod(crc, F.lit(shards)).cast("int"), F.lit(otherwise))
+    return F.coalesce(F.pmod(crc, F.lit(shards)).cast("int"), F.lit(0))
 
 
 def put(contexts: list[TubeContext], data: Any, single: bool, urgent: bool,
@@ -76,11 +68,17 @@ def put(contexts: list[TubeContext], data: Any, single: bool, urgent: bool,
         txn: tuple[str, int] | None = None) -> DataFrame | Task | None:
     """A put into a sharded tube: all of it to one shard (the sub-queue's, or shard
     ``turn % N``), unless the sub-queue is a Column: then each row goes to its
-    sub-queue's shard, one commit per shard (each idempotent with ``txn``)."""
+    sub-queue's shard, one commit per shard (each idempotent with ``txn``).
+    On a utube tube, tasks without a sub-queue share one (Tarantool's rule),
+    which lives in shard 0."""
     if isinstance(opts.utube, Column):
-        return _put_rows_apart(contexts, data, single, urgent, opts, event, turn, txn)
+        return _put_rows_apart(contexts, data, single, urgent, opts, event, txn)
     n = len(contexts)
-    ctx = contexts[utube_shard(opts.utube, n) if opts.utube is not None else turn % n]
+    if opts.utube is not None:
+        k = utube_shard(opts.utube, n)
+    else:
+        k = 0 if contexts[0].driver.uses_utube else turn % n
+    ctx = contexts[k]
     data = _conformed(contexts, ctx, data)
     return ctx.guarded(lambda: putting.write_put(ctx, data, single, urgent, opts, event, txn))
 
@@ -105,7 +103,7 @@ def _conformed(contexts: list[TubeContext], ctx: TubeContext, data: Any) -> Any:
 
 
 def _put_rows_apart(contexts: list[TubeContext], data: Any, single: bool, urgent: bool,
-                    opts: putting.PutOptions, event: str, turn: int,
+                    opts: putting.PutOptions, event: str,
                     txn: tuple[str, int] | None) -> DataFrame | Task | None:
     """A put whose sub-queues are per row: its rows split by shard, checked all
     together before the first shard's commit, so a bad row writes nothing."""
@@ -113,7 +111,7 @@ def _put_rows_apart(contexts: list[TubeContext], data: Any, single: bool, urgent
     assert isinstance(opts.utube, Column)
     frame, payload = putting.payload_of(ref, data, _known_schema(contexts))
     staged = (frame.select(payload.alias("_sq_payload"), "*")
-              .withColumn("_sq_shard", utube_shard_column(opts.utube, len(contexts), turn))
+              .withColumn("_sq_shard", utube_shard_column(opts.utube, len(contexts)))
               .localCheckpoint(eager=True))
     rows, _ = putting.put_rows(ref, staged, F.col("_sq_payload"), opts, urgent)
     rows.agg(F.sum(F.hash(*rows.columns))).collect()  # every row's checks run: one job
@@ -142,18 +140,17 @@ def home_shard(owner: str, shards: int) -> int:
 
 
 def take_any(contexts: list[TubeContext], start: int, n: int, wait: float, who: str,
-             win: int, acking: list[int] | None = None) -> tuple[DataFrame, int]:
+             win: int) -> tuple[DataFrame, int]:
     """Up to ``n`` tasks from one shard, the first of ``start``, ``start + 1``, ...
-    with any ready (``acking``: ids of shard ``start`` acked in its take's commit),
-    waiting up to ``wait`` seconds for one; and that shard. A take never mixes
-    shards, so what it returns is settled in one commit of one shard."""
+    with any ready, waiting up to ``wait`` seconds for one; and that shard. A
+    take never mixes shards, so what it returns is settled in one commit of
+    one shard."""
     until = time.monotonic() + wait
     count = len(contexts)
     while True:
         for step in range(count):
             k = (start + step) % count
-            got = take_once(contexts[k], n, who, win, acking, wait if step == 0 else 0.0)
-            acking = None
+            got = take_once(contexts[k], n, who, win, None, wait if step == 0 else 0.0)
             if got is not None:
                 return got, k
         remaining = until - time.monotonic()

@@ -161,7 +161,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
                                  token=st.sql_literal(uuid.uuid4().hex, "string"))
             action = action_set(take, tag, sqlctx)
-            if count == hi - lo + 1:  # a run of ids: no join
+            if count == (hi - lo) // ctx.shards + 1:  # a run of ids: no join
                 marked = pending.withColumn("arg_take",
                                             F.expr(f"task_id BETWEEN {lo} AND {hi}"))
             else:
