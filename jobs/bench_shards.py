@@ -18,7 +18,10 @@ In one run:
 
 Consumers' owners are chosen so that each starts at a shard of its own
 (``engine.shards.home_shard``); each moves on to the others' shards when
-its own is empty.
+its own is empty. Before it says it is ready, each consumer drains a tube of
+its own of --warmup tasks the same way, so that what is timed is consumers
+that have run for a while (a new JVM spends its first minutes compiling the
+code it runs: four at once on two cores compile more than they drain).
 
     python jobs/bench_shards.py --json out.json                     # the section alone
 """
@@ -69,6 +72,12 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
     spark = sparkqueue.session(app_name=f"sparkqueue-bench-{args.owner}")
     sq = sparkqueue.connect(spark, args.root, owner=args.owner)
     tube = sq.tube(args.tube)
+    if args.warmup:
+        warm = sparkqueue.connect(spark, f"{args.root}-warmup/{args.owner}", owner=args.owner)
+        warming = warm.create_tube("warmup", "fifottl")
+        warming.put(payload(spark, args.warmup))
+        sparkqueue.Consumer(warming, lambda batch: None, batch_size=args.batch,
+                            take_timeout=0, idle_timeout=0).run()
     Path(args.ready).write_text("ready")
     while not os.path.exists(args.go):
         time.sleep(0.05)
@@ -81,7 +90,8 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
             "conflicts": st.conflicts_retried() - before}
 
 
-def drain_together(root: str, tube: str, count: int, shards: int, batch: int) -> dict[str, float]:
+def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
+                   warmup: int) -> dict[str, float]:
     """``count`` consumer processes draining ``tube`` at once: tasks per second from
     the go to the last one's end, and conflicts retried per take."""
     work = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-shards-"))
@@ -90,7 +100,8 @@ def drain_together(root: str, tube: str, count: int, shards: int, batch: int) ->
     for k, owner in enumerate(owners(count, shards)):
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--worker", "--root", root, "--tube", tube,
-             "--owner", owner, "--batch", str(batch), "--ready", str(work / f"ready{k}"),
+             "--owner", owner, "--batch", str(batch), "--warmup", str(warmup),
+             "--ready", str(work / f"ready{k}"),
              "--go", str(go), "--json", str(work / f"out{k}.json")], env=dict(os.environ)))
     while not all((work / f"ready{k}").exists() for k in range(count)):
         if any(p.poll() not in (None, 0) for p in procs):
@@ -122,7 +133,7 @@ def fill(sq: sparkqueue.Queue, name: str, rows: Any, shards: int,
         tube.put(parts.where(F.col("_part") == k).drop("_part"))
 
 
-def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int,
+def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int, warmup: int,
                  say: Any) -> dict[str, float]:
     """The section's figures (see the module's docstring)."""
     sq = sparkqueue.connect(spark, root, owner="bench")
@@ -133,7 +144,7 @@ def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int,
     for name, (count, shards) in runs.items():
         say(f"{count} consumer(s) draining {rows} tasks of a tube of {shards} shard(s)")
         fill(sq, name, data, shards)
-        for key, value in drain_together(root, name, count, shards, batch).items():
+        for key, value in drain_together(root, name, count, shards, batch, warmup).items():
             figures[f"{name}_{key}"] = value
             say(f"  {name}_{key}: {value:.3f}")
     figures["shards_4_consumers_over_1_ratio"] = (
@@ -144,7 +155,8 @@ def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int,
         name = f"shards_utube_4x{shards}"
         say(f"{CONSUMERS} consumers, window 1, {SUB_QUEUES} sub-queues over {shards} shard(s)")
         fill(sq, name, queues, shards, utube=True)
-        for key, value in drain_together(root, name, CONSUMERS, shards, batch).items():
+        for key, value in drain_together(root, name, CONSUMERS, shards, batch,
+                                         warmup).items():
             figures[f"{name}_{key}"] = value
             say(f"  {name}_{key}: {value:.3f}")
     figures["shards_utube_4_shards_over_1_ratio"] = (
@@ -163,6 +175,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=200_000)
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--utube-each", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=10_000,
+                        help="tasks each consumer drains from a tube of its own first")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.worker:
@@ -171,7 +185,8 @@ def main(argv: list[str] | None = None) -> int:
         spark = sparkqueue.session(app_name="sparkqueue-benchmark-shards")
         root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-shards-")
         figures = bench_shards(spark, f"{root}/queues", args.rows, args.batch,
-                               args.utube_each, lambda line: print(line, flush=True))
+                               args.utube_each, args.warmup,
+                               lambda line: print(line, flush=True))
         for key, value in figures.items():
             print(f"  {key:<44} {value:.3f}")
         spark.stop()

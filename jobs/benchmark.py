@@ -261,6 +261,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--shard-batch", type=int, default=1000)
     parser.add_argument("--utube-each", type=int, default=20,
                         help="tasks per sub-queue in the shards section's utube drains")
+    parser.add_argument("--shard-warmup", type=int, default=10_000,
+                        help="tasks each consumer of the shards section drains first")
     parser.add_argument("--e2e-big-rows", type=int, default=5_000_000,
                         help="tasks of the end-to-end section's big drains (0: none)")
     parser.add_argument("--e2e-big-batch", type=int, default=1_000_000)
@@ -330,7 +332,7 @@ def main(argv: list[str] | None = None) -> int:
     if "shards" in sections:
         say(f"shards: consumers in Spark applications of their own, {args.shard_rows} tasks")
         figures.update(bench_shards(spark, f"{root}/shards", args.shard_rows,
-                                    args.shard_batch, args.utube_each, say))
+                                    args.shard_batch, args.utube_each, args.shard_warmup, say))
 
     if "sweep" in sections:
         bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])
