@@ -73,7 +73,8 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
     sq = sparkqueue.connect(spark, args.root, owner=args.owner)
     tube = sq.tube(args.tube)
     if args.warmup:
-        warm = sparkqueue.connect(spark, f"{args.root}-warmup/{args.owner}", owner=args.owner)
+        warm = sparkqueue.connect(spark, f"{args.root}-warmup/{args.tube}/{args.owner}",
+                                  owner=args.owner)
         warming = warm.create_tube("warmup", "fifottl")
         warming.put(payload(spark, args.warmup))
         sparkqueue.Consumer(warming, lambda batch: None, batch_size=args.batch,
