@@ -5,7 +5,10 @@ In one run, on tubes of --rows tasks (fifottl, ingested first):
 - take(1,000): a median of --repeat runs after a warm-up run, each followed by
   ``release_all``;
 - a drain of every task by a ``Consumer`` in batches of --drain-batch, in
-  tasks per second;
+  tasks per second, after a warm-up drain of --drain-warmup tasks on a tube
+  of their own (the same for every engine): what a session that has run a
+  while drains, where a new worker's drain, JVM start and warm-up included,
+  is the e2e section's;
 
 for the accelerated engine and the portable one on the benchmark's classic
 session, and for the portable one as a Spark Connect client: a local Spark
@@ -82,8 +85,9 @@ def consume_all(tube: sparkqueue.Tube, n: int) -> int:
 
 
 def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
-                 repeat: int) -> dict[str, float]:
-    """take(1000) and a Consumer drain on ``sq``'s engine; figures named ``prefix``..."""
+                 repeat: int, warmup: int) -> dict[str, float]:
+    """take(1000) and a Consumer drain on ``sq``'s engine; figures named ``prefix``...
+    ``warmup``: tasks drained on a tube of their own before the timed drain."""
     figures: dict[str, float] = {}
     tube = ingested(sq, f"{prefix}take", "fifottl", rows)
     times = []
@@ -95,6 +99,8 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
         if i:  # the first run is the warm-up
             times.append(took)
     figures[f"{prefix}take_1000_s"] = statistics.median(times)
+    if warmup:
+        consume_all(ingested(sq, f"{prefix}warmup", "fifottl", rows.limit(warmup)), batch)
     drained = ingested(sq, f"{prefix}drain", "fifottl", rows)
     start = time.perf_counter()
     done = consume_all(drained, batch)
@@ -105,14 +111,14 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
 
 
 def bench_engines(spark: SparkSession, root: str, rows: DataFrame, batch: int, repeat: int,
-                  connect: bool = True) -> dict[str, float]:
+                  warmup: int = 2 * 100_000, connect: bool = True) -> dict[str, float]:
     """Both engines on ``spark`` (classic), then the portable one over Spark Connect."""
-    figures: dict[str, float] = {}
+    figures: dict[str, float] = {"drain_warmup_tasks": warmup}
     for engine in ENGINES:
         sq = sparkqueue.connect(spark, f"{root}/{engine}", owner="bench", engine=engine)
-        figures.update(bench_engine(sq, rows, f"{engine}_", batch, repeat))
+        figures.update(bench_engine(sq, rows, f"{engine}_", batch, repeat, warmup))
     if connect:
-        figures.update(over_connect(root, rows.count(), batch, repeat))
+        figures.update(over_connect(root, rows.count(), batch, repeat, warmup))
     base = figures["accelerated_take_1000_s"]
     for name in ("portable", "connect"):
         if f"{name}_take_1000_s" in figures:
@@ -122,14 +128,16 @@ def bench_engines(spark: SparkSession, root: str, rows: DataFrame, batch: int, r
     return figures
 
 
-def over_connect(root: str, n: int, batch: int, repeat: int) -> dict[str, float]:
+def over_connect(root: str, n: int, batch: int, repeat: int,
+                 warmup: int) -> dict[str, float]:
     """:func:`bench_engine` in a Spark Connect client process of a local server."""
     out = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-connect-")) / "figures.json"
     server = ConnectServer(conf={"spark.driver.memory": "6g"}, log=out.parent / "server.log")
     with server:
         subprocess.run(
             [sys.executable, __file__, "--rows", str(n), "--drain-batch", str(batch),
-             "--repeat", str(repeat), "--root", f"{root}/connect", "--json", str(out)],
+             "--repeat", str(repeat), "--drain-warmup", str(warmup),
+             "--root", f"{root}/connect", "--json", str(out)],
             env={**os.environ, "SPARK_REMOTE": server.url}, check=True)
     figures: dict[str, float] = json.loads(out.read_text())
     return figures
@@ -141,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--drain-batch", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--drain-warmup", type=int, default=2 * 100_000)
     parser.add_argument("--root", required=True)
     parser.add_argument("--json", required=True)
     args = parser.parse_args(argv)
@@ -148,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
     sq = sparkqueue.connect(spark, args.root, owner="bench")
     rows = payload(spark, args.rows).localCheckpoint(eager=True)
     figures: dict[str, Any] = {"connect_engine": sq.engine}
-    figures.update(bench_engine(sq, rows, "connect_", args.drain_batch, args.repeat))
+    figures.update(bench_engine(sq, rows, "connect_", args.drain_batch, args.repeat,
+                                args.drain_warmup))
     Path(args.json).write_text(json.dumps({k: v for k, v in figures.items()
                                            if not isinstance(v, str)}))
     spark.stop()

@@ -27,7 +27,8 @@ put + ingest would leave them, see ``tasks_table``).
 
 The engines section (jobs/bench_engines.py) times take(1,000) and a Consumer
 drain on the accelerated engine, the portable one, and the portable one as a
-Spark Connect client of a local server, with their ratios.
+Spark Connect client of a local server, with their ratios; each engine's
+drain follows a warm-up drain of --engines-warmup tasks.
 
 The e2e section (jobs/bench_e2e.py) measures what a user waits for: drains in
 new processes from the first put call to the last ack (cold, then warm), put to
@@ -256,6 +257,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sections", default="put,take,drain,utube,sweep,engines,e2e,shards",
                         help="which to run, comma-separated: "
                              "put,take,drain,utube,sweep,engines,e2e,shards")
+    parser.add_argument("--engines-warmup", type=int, default=200_000,
+                        help="tasks each engine of the engines section drains before "
+                             "its timed drain")
     parser.add_argument("--shard-rows", type=int, default=200_000,
                         help="tasks of the shards section's drains")
     parser.add_argument("--shard-batch", type=int, default=1000)
@@ -321,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     if "engines" in sections:
         say(f"the portable engine beside the accelerated one, {args.rows} tasks")
         figures.update(bench_engines(spark, f"{root}/engines", rows, args.drain_batch,
-                                     args.repeat))
+                                     args.repeat, args.engines_warmup))
 
     if "e2e" in sections:
         say(f"end to end: drains of {args.rows} tasks in new processes, round trips")

@@ -52,3 +52,30 @@ def test_a_path_a_glob_would_misread_asks_delta(spark: SparkSession, tmp_path: P
     assert SparkFiles(spark).latest_version(table, 0) == 1
     with pytest.raises(AssertionError, match="asked Delta"):
         SparkFiles(NoHistory(spark)).latest_version(table, 0)  # type: ignore[arg-type]
+
+
+def test_a_take_probes_the_tasks_tables_newest_version_once(
+        spark: SparkSession, root: str, clock: Any) -> None:
+    """Its choice reads the file statistics at the version its commit read just
+    before (``Layout.known_version``): on the portable engine each probe is a
+    Spark job."""
+    import sparkqueue
+
+    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    t = sq.create_tube("probed", "fifottl")
+    t.put([{"n": i} for i in range(30)])
+    t.take(1)  # ingests
+    layout = t.context.layout
+    tasks = layout.tasks("probed")
+    probed: list[str] = []
+    latest_version = layout.files.latest_version
+
+    def counting(table: str, known: int) -> int | None:
+        probed.append(table)
+        return latest_version(table, known)
+
+    layout.files.latest_version = counting  # type: ignore[method-assign]
+    for n in (1, 5):
+        probed.clear()
+        assert len(t.take(n).collect()) == n
+        assert probed.count(tasks) == 1, (n, probed)

@@ -207,13 +207,14 @@ def overlaps(ids: tuple[int, int], acking: list[int] | None) -> bool:
 
 
 def file_stats(ctx: TubeContext) -> list[dict[str, Any]] | None:
-    """The tasks table's file statistics at its latest version when known without
-    a Spark job (:meth:`Layout.files_at`): what a take reads first, to find
-    nothing or its whole choice without reading the table. Ingest runs before,
-    so puts not yet ingested are in them."""
+    """The tasks table's file statistics at the version the take's commit read just
+    before (:meth:`Layout.known_version`), when known without a Spark job
+    (:meth:`Layout.files_at`): what a take reads first, to find nothing or its
+    whole choice without reading the table. Ingest runs before, so puts not
+    yet ingested are in them."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
-    files = layout.files_at(path, layout.latest_version(path))
+    files = layout.files_at(path, layout.known_version(path))
     return None if files is None else list(files.values())
 
 
@@ -237,7 +238,7 @@ def candidates(ctx: TubeContext, now: float, n: int, acking: list[int] | None = 
     if ctx.driver.head_only or (bounded and ctx.driver.sub_queue_heads):
         # statistics and the read may see different versions: a bound from an older
         # one can only make a concurrent take return fewer tasks, never skip a lower one
-        bound = st.head_bound(layout.file_stats(path), now, n)
+        bound = st.head_bound(layout.file_stats(path, layout.known_version(path)), now, n)
     ready = st.ready_when(now)
     if ctx.driver.head_only:
         rows = layout.read(path).where(ready if bound is None else f"({ready}) AND {bound}")

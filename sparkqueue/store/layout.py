@@ -287,7 +287,7 @@ class Layout(LogReader):
             raise
         return sorted(n.removesuffix("__inbox") for n in names if n.endswith("__inbox"))
 
-    def file_stats(self, path: str) -> list[dict[str, Any]]:
+    def file_stats(self, path: str, latest: int | None = None) -> list[dict[str, Any]]:
         """Per data file of the newest snapshot, what :func:`head_bound` reads.
 
         The statistics Delta keeps per file (row count, min/max per column),
@@ -299,9 +299,10 @@ class Layout(LogReader):
         only the commits made since. Where neither is known, ``[]``: takes
         then read every ready task. A table of at most schema.FEW_FILES files
         gets no statistics either: reading them all costs less than choosing
-        among them.
+        among them. ``latest``: the version to read them at (None: the newest).
         """
-        latest = self.latest_version(path)
+        if latest is None:
+            latest = self.latest_version(path)
         files = self.files_at(path, latest)
         if files is None:
             if 0 <= self.file_count(path, latest) <= schema.FEW_FILES:

@@ -72,6 +72,20 @@ class LogReader(Paths):
         self._versions[path] = found
         return found
 
+    def known_version(self, path: str) -> int:
+        """The version of the table at ``path`` that this process read last with
+        :meth:`latest_version` (read now when it has read none).
+
+        For a reader that follows right after a write's own read of the
+        newest version (a take's choice, after the ``before`` its commit is
+        found from): the same answer without another probe, which is a Spark
+        job on the portable engine. It may be a commit behind by then, as a
+        fresh probe may be by the time the write commits: what it chooses
+        is checked again inside the write's own transaction.
+        """
+        known = self._versions.get(path)
+        return self.latest_version(path) if known is None else known
+
     def newest_version(self, ref: str) -> int | None:
         """The newest version of the table ``ref``; None when there is none. (A
         named table whose files are not where they were is looked up again.)"""

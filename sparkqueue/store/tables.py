@@ -73,7 +73,15 @@ def merge(spark: SparkSession, ref: str, source: DataFrame, on: str,
     seen by every session of the application (the tagged session runs the
     MERGE; the source may come from another) in classic Spark and over Spark
     Connect alike.
+
+    With a NOT MATCHED clause, Delta joins the source to the target full
+    outer, which Spark cannot broadcast: by default it sorts both sides
+    (sort-merge join). The source is the small side (ids and arguments of
+    the rows changed), so it is hashed instead: a shuffled hash join sorts
+    neither side.
     """
+    if any(c.kind in ("insert", "insert_all") for c in clauses):
+        source = source.hint("shuffle_hash")
     view = f"sq_source_{uuid.uuid4().hex}"
     source.createGlobalTempView(view)
     try:
