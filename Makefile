@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYTHONWARNINGS := ignore::FutureWarning
 
-.PHONY: help setup java jars demo test test-fast check bench connect-server sweep torture clean
+.PHONY: help setup java jars s3-jars demo test test-fast check bench connect-server sweep torture clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -32,6 +32,17 @@ java:  ## check that a Java 17 runtime is there
 jars: setup java  ## fetch the Delta jars from Maven Central into the Ivy cache
 	$(PY) -c "import sparkqueue; sparkqueue.session().stop(); print('Delta jars ready')"
 
+# S3 roots: Hadoop's S3A (hadoop-aws and the AWS SDK, about 690 MB, once into the Ivy
+# cache) and sparkqueue's Delta log store for S3, compiled with the JDK's javac.
+s3-jars: jars  ## fetch S3A and build the S3 log store (what an s3a:// root needs)
+	$(PY) -c "import sparkqueue; sparkqueue.session(root='s3a://bucket/q').stop(); print('S3A ready')"
+
+# A local S3-compatible server for the tests (tests/s3gateway.py), built once with Go.
+VERSITYGW := github.com/versity/versitygw/cmd/versitygw@v1.8.0
+$(VENV)/bin/versitygw: | $(VENV)/.installed
+	@command -v go >/dev/null || { echo "ERROR: Go not found: the S3 tests build their local S3 server (versitygw) with go install"; exit 1; }
+	GOBIN=$(abspath $(VENV)/bin) go install $(VERSITYGW)
+
 demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
 	$(PY) jobs/demo.py --root $${DEMO_ROOT:-/tmp/sparkqueue-demo}
 
@@ -41,7 +52,7 @@ $(VENV)/spark-classes.jsa: $(VENV)/.installed tests/jvm.py
 
 # Two test workers (pytest-xdist), each with its own local Spark; the Spark Connect
 # tests run in a pytest process of their own (tests/test_spark_connect.py).
-test: jars $(VENV)/spark-classes.jsa  ## set up, then run the whole test suite
+test: jars s3-jars $(VENV)/bin/versitygw $(VENV)/spark-classes.jsa  ## set up, then run the whole test suite
 	$(PY) -m pytest -n 2 tests
 
 test-fast: setup  ## the pure-logic tests only: no JVM, seconds

@@ -24,13 +24,17 @@ from sparkqueue import FakeClock
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--root", default="/tmp/sparkqueue-demo", help="queue root (wiped)")
+    parser.add_argument("--root", default="/tmp/sparkqueue-demo",
+                        help="queue root, a path or s3a:// (its tubes are dropped first)")
     args = parser.parse_args(argv)
-    shutil.rmtree(args.root, ignore_errors=True)
+    if "://" not in args.root:
+        shutil.rmtree(args.root, ignore_errors=True)
 
-    spark = sparkqueue.session(app_name="sparkqueue-demo")
+    spark = sparkqueue.session(app_name="sparkqueue-demo", root=args.root)
     clock = FakeClock(time.time())
     sq = sparkqueue.connect(spark, args.root, owner="demo-worker", clock=clock)
+    for name in sq.tubes():  # an earlier run's, on a root that is not a local folder
+        sq.tube(name).drop()
     print(f"engine: {sq.engine} (SPARK_REMOTE={os.environ.get('SPARK_REMOTE', '')!r})")
 
     def step(title: str) -> None:

@@ -56,9 +56,10 @@ def _queue(args: argparse.Namespace, app: str, quiet: bool = False) -> Any:
     import sparkqueue
 
     config = load_config(args.conf) if args.conf else load_config()
+    root = args.root or config.root
     with _quiet_start(quiet):
-        spark = sparkqueue.session(app_name=app)
-    return sparkqueue.connect(spark, args.root or config.root, config=config)
+        spark = sparkqueue.session(app_name=app, root=root)
+    return sparkqueue.connect(spark, root, config=config)
 
 
 @contextmanager

@@ -13,9 +13,9 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from . import objectstore, validate
 from . import store as st
 from . import sweep as sweep_mod
-from . import validate
 from .clock import Clock, system_clock
 from .config import Config, load_config
 from .drivers import BUILTIN_DRIVERS, Driver
@@ -79,7 +79,8 @@ def connect(spark: SparkSession | None = None, root: str | None = None, *,
         validate.owner(owner)
     if clock is not None and not callable(clock):
         raise InvalidOption(f"clock must be a zero-argument callable, got {clock!r}")
-    return Queue(spark or session(), root or config.root, owner=owner or uuid.uuid4().hex,
+    root = root or config.root
+    return Queue(spark or session(root=root), root, owner=owner or uuid.uuid4().hex,
                  clock=clock or system_clock, config=config, engine=engine)
 
 
@@ -91,15 +92,25 @@ class Queue:
         if not isinstance(root, str) or not root:
             raise InvalidOption(f"root must be a path, a URI or a catalog schema, got {root!r}")
         self.spark = spark
-        self.root = root
+        self.root = root = objectstore.s3a_root(root)
         self._owner = owner
         self.clock = clock
         self.config = config
-        self._layout = st.Layout(spark, root, engine)
         self._drivers: dict[str, type[Driver]] = dict(BUILTIN_DRIVERS)
         self._callbacks: dict[str, Callback] = {}
         self._temporary: list[str] = []
-        self._layout.create_registry()
+        try:  # the root's first reads and writes: where an unreachable store shows
+            self._layout = st.Layout(spark, root, engine)
+            self._layout.create_registry()
+        except Exception as e:
+            failed = objectstore.unreachable(root, e)
+            if failed is not None:
+                raise failed from e
+            raise
+        if objectstore.is_s3(root):
+            objectstore.warn_if_unsafe(
+                root, spark.conf.get(f"spark.delta.logStore.{objectstore.scheme(root)}.impl",
+                                     None))
 
     def __repr__(self) -> str:
         return f"Queue(root={self.root!r}, owner={self.owner!r})"

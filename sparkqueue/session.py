@@ -10,6 +10,7 @@ from typing import Any
 
 from pyspark.sql import SparkSession
 
+from . import objectstore
 from .config import load_config
 from .errors import QueueError
 from .store.jvm import quiet_task_failures
@@ -74,6 +75,8 @@ def session(
     app_name: str = "sparkqueue",
     master: str | None = None,
     conf: dict[str, Any] | None = None,
+    *,
+    root: str | None = None,
 ) -> SparkSession:
     """Return a SparkSession with Delta Lake configured (extensions, catalog, jars).
 
@@ -84,6 +87,11 @@ def session(
     conf/sparkqueue.toml's ``[spark]`` settings, then ``conf``, then
     ``master``; the Delta jar comes from Maven Central through
     ``spark.jars.packages``.
+
+    ``root``: the queue root the session is for (default: conf/'s). On S3
+    (``s3a://``, ``s3://``) a new session also gets Hadoop's S3A connector
+    and its settings from the AWS environment (:mod:`sparkqueue.objectstore`);
+    ``conf`` wins over those.
 
     Examples
     --------
@@ -99,7 +107,15 @@ def session(
         return active
     _check_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    settings: dict[str, str] = dict(load_config().spark)
+    config = load_config()
+    settings: dict[str, str] = dict(config.spark)
+    packages = [delta_package()]
+    if objectstore.is_s3(root or config.root):
+        s3, more = objectstore.session_settings(delta_package().rsplit(":", 1)[-1])
+        if settings.get("spark.jars"):
+            s3["spark.jars"] = f"{settings['spark.jars']},{s3['spark.jars']}"
+        settings.update(s3)
+        packages += more
     settings.update({str(k): str(v) for k, v in (conf or {}).items()})
     if master is not None:
         settings["spark.master"] = master
@@ -111,7 +127,7 @@ def session(
     settings.setdefault("spark.master", submitted.get("spark.master", "local[2]"))
     if ("spark.jars.packages" not in settings and not submitted
             and not os.environ.get("SPARKQUEUE_NO_PACKAGES")):
-        settings["spark.jars.packages"] = delta_package()
+        settings["spark.jars.packages"] = ",".join(packages)
     settings["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
     settings["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
     builder = SparkSession.builder.appName(app_name)

@@ -1,0 +1,142 @@
+"""A Spark application of its own for the S3 tests: its session is what
+``sparkqueue.connect(None, root)`` builds from the AWS environment the test gives it.
+
+    python s3_app.py verbs ROOT OUT          every verb, the sweeper, the Consumer, and
+                                             typed errors for roots it cannot reach
+    python s3_app.py writer ROOT TABLE ROUNDS APPENDS GO first|second OUT
+                                             one of two writers at once (see writer)
+
+Each writes what it saw to OUT as JSON, for the test to check. (pyspark runs
+one JVM per process, and the test session's has no S3A: hence a process.)
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import sparkqueue
+from sparkqueue import FakeClock, QueueError
+from tests.conftest import one_start_at_a_time
+
+
+def verbs(root: str) -> dict[str, Any]:
+    bucket = root.split("/")[2]
+    # a bucket of its own whose secret is wrong, as a second set of credentials would be
+    with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
+        spark = sparkqueue.session(root=root, conf={
+            "spark.hadoop.fs.s3a.bucket.denied.secret.key": "wrong"})
+    seen: dict[str, Any] = {"errors": {}}
+    for name, where in (("missing", "s3a://no-such-bucket/q"), ("denied", "s3a://denied/q")):
+        try:
+            sparkqueue.connect(spark, where)
+        except QueueError as e:
+            seen["errors"][name] = [type(e).__name__, str(e)]
+    clock = FakeClock(1_700_000_000.0)
+    sq = sparkqueue.connect(spark, root.replace("s3a://", "s3://"), owner="s3", clock=clock)
+    seen.update(engine=sq.engine, root=sq.root, bucket=bucket)
+    t = sq.create_tube("jobs", "fifottl", ttr=30)
+    t.put([{"n": i} for i in range(6)])
+    taken = t.take(3)
+    seen["taken"] = sorted(r["task_id"] for r in taken.collect())
+    t.ack([0])
+    t.release([1], delay=10)
+    t.bury([2])
+    seen["peek_2"] = t.peek(2).collect()[0]["status"]
+    seen["kicked"] = t.kick(1)
+    t.touch(t.take(1), 60)
+    t.delete([4])
+    clock.advance(100)  # the lease of 3 and the delay of 1 end
+    seen["sweep"] = {k: v for k, v in sq.sweep().items() if isinstance(v, int)}
+    seen["statistics"] = t.statistics()["tasks"]
+    done = sparkqueue.Consumer(t, lambda batch: None, batch_size=10, take_timeout=0,
+                               idle_timeout=0).run()
+    seen["consumed"] = done.done
+    seen["left"] = t.statistics()["tasks"]["total"]
+    t.drop()
+    seen["log_store"] = second_writer_refused(spark, f"{root}/probe/_delta_log/0.json")
+    return seen
+
+
+def second_writer_refused(spark: Any, file: str) -> list[str]:
+    """Write ``file`` through the log store twice, the second time as another writer
+    would (a store of its own, nothing cached): what the second write raised, and
+    the file's text after. The store checks nothing before its PUT: a refusal is
+    the server's answer to ``If-None-Match: *``."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+    path = jvm.org.apache.hadoop.fs.Path(file)
+
+    def write(text: str) -> str:
+        store = jvm.sparkqueue.delta.ConditionalPutLogStore(conf)
+        actions = jvm.java.util.ArrayList()
+        actions.add(text)
+        try:
+            store.write(path, actions.iterator(), False, conf)
+        except Py4JJavaError as e:
+            return str(e.java_exception.getClass().getName())
+        return "written"
+
+    first, second = write('{"first":1}'), write('{"second":2}')
+    lines = jvm.sparkqueue.delta.ConditionalPutLogStore(conf).read(path, conf)
+    return [first, second, str(lines.next())]
+
+
+def writer(root: str, table: str, rounds: int, appends: int, go: str,
+           first: bool) -> dict[str, Any]:
+    """One of two applications writing at once: ``appends`` one-row Delta appends to
+    ``table`` and ``rounds`` of put, take and ack on the tube ``jobs`` of ``root``,
+    interleaved, then takes until the tube is empty. The ``first`` makes the
+    table and the tube, then creates the file ``go``, which the other waits for."""
+    with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
+        sq = sparkqueue.connect(None, root)  # its session from the AWS environment
+    spark = sq.spark
+    if first:
+        spark.range(1).write.format("delta").mode("append").save(table)
+        sq.create_tube("jobs", "fifottl")
+        Path(go).touch()
+    while not Path(go).exists():
+        time.sleep(0.2)
+    t = sq.tube("jobs")
+    taken: list[int] = []
+
+    def take_and_ack() -> int:
+        got = [int(r["task_id"]) for r in t.take(5).collect()]
+        if got:
+            t.ack(got)
+        taken.extend(got)
+        return len(got)
+
+    for step in range(max(rounds, appends)):
+        if step < appends:
+            spark.range(1).write.format("delta").mode("append").save(table)
+        if step < rounds:
+            t.put([{"n": i} for i in range(5)])
+            take_and_ack()
+    while take_and_ack():  # and what the other application left
+        pass
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").select("version").collect()
+    return {"taken": taken, "versions": sorted(int(r[0]) for r in history),
+            "log_store": spark.conf.get("spark.delta.logStore.s3a.impl")}
+
+
+def main(argv: list[str]) -> int:
+    what, *args = argv
+    if what == "verbs":
+        seen = verbs(args[0])
+    elif what == "writer":
+        seen = writer(args[0], args[1], int(args[2]), int(args[3]), args[4],
+                      args[5] == "first")
+    else:
+        raise SystemExit(f"unknown scenario {what!r}")
+    with open(args[-1], "w") as f:
+        json.dump(seen, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,79 @@
+"""Tubes on S3 (an ``s3a://`` root on a local S3-compatible server), each scenario a Spark
+application of its own (tests/objectstore/s3_app.py) whose session sparkqueue built from
+the AWS environment: every verb, and several writers that lose no commit."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ..jvm import short_lived
+from ..s3gateway import S3Gateway
+
+pytestmark = pytest.mark.slow
+
+APP = Path(__file__).parent / "s3_app.py"
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Gateway]:
+    with S3Gateway(tmp_path_factory.mktemp("s3") / "objects") as g:
+        yield g
+
+
+def start(gateway: S3Gateway, out: Path, *args: str) -> subprocess.Popen[str]:
+    """One scenario of s3_app.py in a new process, with the gateway's AWS environment."""
+    return subprocess.Popen([sys.executable, str(APP), *args, str(out)],
+                            env=short_lived(PYTHONPATH=str(APP.parents[2]), **gateway.env),
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def finish(app: subprocess.Popen[str], out: Path) -> dict[str, Any]:
+    output, _ = app.communicate(timeout=900)
+    assert app.returncode == 0, output[-4000:]
+    seen: dict[str, Any] = json.loads(out.read_text())
+    return seen
+
+
+def test_every_verb_the_sweeper_and_a_consumer_work_on_an_s3_root(
+        gateway: S3Gateway, tmp_path: Path) -> None:
+    out = tmp_path / "verbs.json"
+    seen = finish(start(gateway, out, "verbs", gateway.root("verbs")), out)
+    assert seen["root"] == gateway.root("verbs")  # s3:// is read as s3a://
+    assert seen["taken"] == [0, 1, 2]
+    assert seen["peek_2"] == "buried" and seen["kicked"] == 1
+    assert seen["sweep"]["ttr"] == 1 and seen["sweep"]["delay"] == 1
+    # 0 acked and 4 deleted; 1's delay and 2's (or 3's) lease ended: the rest is ready
+    assert seen["statistics"]["ready"] == seen["statistics"]["total"] == 4
+    assert seen["statistics"]["done"] == 2
+    assert seen["consumed"] == 4 and seen["left"] == 0
+    # the log store's second write of one commit file is refused, the first kept
+    assert seen["log_store"] == [
+        "written", "java.nio.file.FileAlreadyExistsException", '{"first":1}']
+    missing, denied = seen["errors"]["missing"], seen["errors"]["denied"]
+    assert missing[0] == denied[0] == "StorageError"
+    assert "s3a://no-such-bucket/q" in missing[1] and "does not exist" in missing[1]
+    assert "s3a://denied/q" in denied[1] and "AWS_SECRET_ACCESS_KEY" in denied[1]
+
+
+def test_two_applications_writing_at_once_lose_no_commit_and_share_no_task(
+        gateway: S3Gateway, tmp_path: Path) -> None:
+    """Each makes 20 appends to one table through the log store, and 3 rounds of
+    put, take and ack on one tube: every commit lands (41 versions: the first
+    append, then 40), every task is taken once."""
+    root, table, go = gateway.root("shared"), gateway.root("appends/t"), tmp_path / "go"
+    apps = [start(gateway, tmp_path / f"{who}.json", "writer", root, table, "3", "20",
+                  str(go), who) for who in ("first", "second")]
+    seen = [finish(app, tmp_path / f"{who}.json")
+            for who, app in zip(("first", "second"), apps, strict=True)]
+    assert {s["log_store"] for s in seen} == {"sparkqueue.delta.ConditionalPutLogStore"}
+    assert max(len(s["versions"]) for s in seen) == 41
+    assert sorted(max(seen, key=lambda s: len(s["versions"]))["versions"]) == list(range(41))
+    taken = [t for s in seen for t in s["taken"]]
+    assert len(taken) == len(set(taken)) == 2 * 3 * 5
