@@ -1,10 +1,12 @@
-"""A Spark application of its own for the S3 tests: its session is what
-``sparkqueue.connect(None, root)`` builds from the AWS environment the test gives it.
+"""A Spark application of its own for the S3 tests: its session is the one sparkqueue
+builds for an S3 root from the AWS environment the test gives it.
 
-    python s3_app.py verbs ROOT OUT          every verb, the sweeper, the Consumer, and
-                                             typed errors for roots it cannot reach
     python s3_app.py writer ROOT TABLE ROUNDS APPENDS GO first|second OUT
-                                             one of two writers at once (see writer)
+
+one of two applications writing at once (see writer); the first also runs
+every verb, the sweeper, the Consumer and a sink on an S3 root, checks the log
+store refusing a second writer and the typed errors for roots it cannot reach
+(see verbs).
 
 Each writes what it saw to OUT as JSON, for the test to check. (pyspark runs
 one JVM per process, and the test session's has no S3A: hence a process.)
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -22,13 +25,16 @@ import sparkqueue
 from sparkqueue import FakeClock, QueueError
 from tests.conftest import one_start_at_a_time
 
+#: one core and one shuffle partition per application: two run at once beside the tests
+SMALL = {"spark.sql.shuffle.partitions": "1"}
+
 
 def verbs(root: str) -> dict[str, Any]:
     bucket = root.split("/")[2]
     # a bucket of its own whose secret is wrong, as a second set of credentials would be
     with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
-        spark = sparkqueue.session(root=root, conf={
-            "spark.hadoop.fs.s3a.bucket.denied.secret.key": "wrong"})
+        spark = sparkqueue.session(root=root, master="local[1]", conf={
+            "spark.hadoop.fs.s3a.bucket.denied.secret.key": "wrong", **SMALL})
     seen: dict[str, Any] = {"errors": {}}
     for name, where in (("missing", "s3a://no-such-bucket/q"), ("denied", "s3a://denied/q")):
         try:
@@ -36,12 +42,13 @@ def verbs(root: str) -> dict[str, Any]:
         except QueueError as e:
             seen["errors"][name] = [type(e).__name__, str(e)]
     clock = FakeClock(1_700_000_000.0)
-    sq = sparkqueue.connect(spark, root.replace("s3a://", "s3://"), owner="s3", clock=clock)
+    sq = sparkqueue.connect(spark, root, owner="s3", clock=clock)
     seen.update(engine=sq.engine, root=sq.root, bucket=bucket)
+    root = sq.root  # as Hadoop reads it (s3a://)
     t = sq.create_tube("jobs", "fifottl", ttr=30)
     t.put([{"n": i} for i in range(6)])
     taken = t.take(3)
-    seen["taken"] = sorted(r["task_id"] for r in taken.collect())
+    seen["first_take"] = sorted(r["task_id"] for r in taken.collect())
     t.ack([0])
     t.release([1], delay=10)
     t.bury([2])
@@ -56,6 +63,14 @@ def verbs(root: str) -> dict[str, Any]:
                                idle_timeout=0).run()
     seen["consumed"] = done.done
     seen["left"] = t.statistics()["tasks"]["total"]
+    with tempfile.TemporaryDirectory() as landing:  # a sink, its checkpoint on S3
+        for i in range(2):
+            Path(landing, f"{i}.json").write_text("".join(
+                json.dumps({"n": 10 * i + j}) + "\n" for j in range(3)))
+        stream = spark.readStream.schema("n long").json(landing)
+        t.sink(stream, f"{root}/checkpoints/jobs",
+               trigger={"availableNow": True}).awaitTermination()
+    seen["sunk"] = sorted(r["data"]["n"] for r in t.tasks_by_state("ready").collect())
     t.drop()
     seen["log_store"] = second_writer_refused(spark, f"{root}/probe/_delta_log/0.json")
     return seen
@@ -90,10 +105,14 @@ def writer(root: str, table: str, rounds: int, appends: int, go: str,
            first: bool) -> dict[str, Any]:
     """One of two applications writing at once: ``appends`` one-row Delta appends to
     ``table`` and ``rounds`` of put, take and ack on the tube ``jobs`` of ``root``,
-    interleaved, then takes until the tube is empty. The ``first`` makes the
-    table and the tube, then creates the file ``go``, which the other waits for."""
+    interleaved, then takes until the tube is empty. The ``first`` runs
+    :func:`verbs` on a root of its own, makes the table and the tube, then
+    creates the file ``go``, which the other waits for (one application
+    start fewer than a test each)."""
+    seen = verbs(f"{root}-verbs") if first else {}
     with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
-        sq = sparkqueue.connect(None, root)  # its session from the AWS environment
+        sparkqueue.session(master="local[1]", conf=SMALL, root=root)  # unless verbs made it
+        sq = sparkqueue.connect(None, root)  # the session for it, from the AWS environment
     spark = sq.spark
     if first:
         spark.range(1).write.format("delta").mode("append").save(table)
@@ -120,15 +139,13 @@ def writer(root: str, table: str, rounds: int, appends: int, go: str,
     while take_and_ack():  # and what the other application left
         pass
     history = spark.sql(f"DESCRIBE HISTORY delta.`{table}`").select("version").collect()
-    return {"taken": taken, "versions": sorted(int(r[0]) for r in history),
-            "log_store": spark.conf.get("spark.delta.logStore.s3a.impl")}
+    return {**seen, "taken": taken, "versions": sorted(int(r[0]) for r in history),
+            "session_log_store": spark.conf.get("spark.delta.logStore.s3a.impl")}
 
 
 def main(argv: list[str]) -> int:
     what, *args = argv
-    if what == "verbs":
-        seen = verbs(args[0])
-    elif what == "writer":
+    if what == "writer":
         seen = writer(args[0], args[1], int(args[2]), int(args[3]), args[4],
                       args[5] == "first")
     else:

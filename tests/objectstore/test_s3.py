@@ -41,18 +41,17 @@ def finish(app: subprocess.Popen[str], out: Path) -> dict[str, Any]:
     return seen
 
 
-def test_every_verb_the_sweeper_and_a_consumer_work_on_an_s3_root(
-        gateway: S3Gateway, tmp_path: Path) -> None:
-    out = tmp_path / "verbs.json"
-    seen = finish(start(gateway, out, "verbs", gateway.root("verbs")), out)
-    assert seen["root"] == gateway.root("verbs")  # s3:// is read as s3a://
-    assert seen["taken"] == [0, 1, 2]
+def check_verbs(seen: dict[str, Any], root: str) -> None:
+    """What the first application saw of every verb on ``root`` (s3_app.verbs)."""
+    assert seen["root"] == root  # given as s3://, read as s3a://
+    assert seen["first_take"] == [0, 1, 2]
     assert seen["peek_2"] == "buried" and seen["kicked"] == 1
     assert seen["sweep"]["ttr"] == 1 and seen["sweep"]["delay"] == 1
     # 0 acked and 4 deleted; 1's delay and 2's (or 3's) lease ended: the rest is ready
     assert seen["statistics"]["ready"] == seen["statistics"]["total"] == 4
     assert seen["statistics"]["done"] == 2
     assert seen["consumed"] == 4 and seen["left"] == 0
+    assert seen["sunk"] == [0, 1, 2, 10, 11, 12]
     # the log store's second write of one commit file is refused, the first kept
     assert seen["log_store"] == [
         "written", "java.nio.file.FileAlreadyExistsException", '{"first":1}']
@@ -62,17 +61,20 @@ def test_every_verb_the_sweeper_and_a_consumer_work_on_an_s3_root(
     assert "s3a://denied/q" in denied[1] and "AWS_SECRET_ACCESS_KEY" in denied[1]
 
 
-def test_two_applications_writing_at_once_lose_no_commit_and_share_no_task(
+def test_on_s3_every_verb_works_and_two_applications_lose_no_commit_and_share_no_task(
         gateway: S3Gateway, tmp_path: Path) -> None:
-    """Each makes 20 appends to one table through the log store, and 3 rounds of
-    put, take and ack on one tube: every commit lands (41 versions: the first
-    append, then 40), every task is taken once."""
+    """The first application runs every verb, the sweeper, a Consumer and a sink on
+    an S3 root (:func:`check_verbs`). Then each makes 20 appends to one table
+    through the log store, and 3 rounds of put, take and ack on one tube: every
+    commit lands (41 versions: the first append, then 40), every task is taken
+    once. (One test, two applications: each start costs a JVM and Ivy.)"""
     root, table, go = gateway.root("shared"), gateway.root("appends/t"), tmp_path / "go"
-    apps = [start(gateway, tmp_path / f"{who}.json", "writer", root, table, "3", "20",
-                  str(go), who) for who in ("first", "second")]
+    apps = [start(gateway, tmp_path / f"{who}.json", "writer", root.replace("s3a:", "s3:"),
+                  table, "3", "20", str(go), who) for who in ("first", "second")]
     seen = [finish(app, tmp_path / f"{who}.json")
             for who, app in zip(("first", "second"), apps, strict=True)]
-    assert {s["log_store"] for s in seen} == {"sparkqueue.delta.ConditionalPutLogStore"}
+    check_verbs(seen[0], f"{root}-verbs")
+    assert {s["session_log_store"] for s in seen} == {"sparkqueue.delta.ConditionalPutLogStore"}
     assert max(len(s["versions"]) for s in seen) == 41
     assert sorted(max(seen, key=lambda s: len(s["versions"]))["versions"]) == list(range(41))
     taken = [t for s in seen for t in s["taken"]]
