@@ -67,13 +67,16 @@ class S3Gateway:
             env={**os.environ, "ROOT_ACCESS_KEY": self.access, "ROOT_SECRET_KEY": self.secret})
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"versitygw exited ({self.process.returncode}): see {log.name}")
             try:
                 socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
                 return self
             except OSError:
-                time.sleep(0.1)
+                pass
+            try:  # a tenth of a second for it to listen, or news that it exited
+                self.process.wait(timeout=0.1)
+            except subprocess.TimeoutExpired:
+                continue
+            raise RuntimeError(f"versitygw exited ({self.process.returncode}): see {log.name}")
         self.__exit__(None, None, None)
         raise RuntimeError(f"versitygw did not listen on {self.url} within 30 s")
 

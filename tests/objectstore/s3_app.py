@@ -1,7 +1,7 @@
 """A Spark application of its own for the S3 tests: its session is the one sparkqueue
 builds for an S3 root from the AWS environment the test gives it.
 
-    python s3_app.py writer ROOT TABLE ROUNDS APPENDS GO first|second OUT
+    python s3_app.py writer ROOT TABLE ROUNDS APPENDS first|second OUT
 
 one of two applications writing at once (see writer); the first also runs
 every verb, the sweeper, the Consumer and a sink on an S3 root, checks the log
@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,8 @@ from tests.conftest import one_start_at_a_time
 
 #: one core and one shuffle partition per application: two run at once beside the tests
 SMALL = {"spark.sql.shuffle.partitions": "1"}
+#: what the first writer prints when the table and the tube are there
+GO = "sparkqueue-s3-go"
 
 
 def verbs(root: str) -> dict[str, Any]:
@@ -101,14 +102,13 @@ def second_writer_refused(spark: Any, file: str) -> list[str]:
     return [first, second, str(lines.next())]
 
 
-def writer(root: str, table: str, rounds: int, appends: int, go: str,
-           first: bool) -> dict[str, Any]:
+def writer(root: str, table: str, rounds: int, appends: int, first: bool) -> dict[str, Any]:
     """One of two applications writing at once: ``appends`` one-row Delta appends to
     ``table`` and ``rounds`` of put, take and ack on the tube ``jobs`` of ``root``,
     interleaved, then takes until the tube is empty. The ``first`` runs
     :func:`verbs` on a root of its own, makes the table and the tube, then
-    creates the file ``go``, which the other waits for (one application
-    start fewer than a test each)."""
+    prints :data:`GO`, which the other waits for on its stdin (one
+    application start fewer than a test each)."""
     seen = verbs(f"{root}-verbs") if first else {}
     with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
         sparkqueue.session(master="local[1]", conf=SMALL, root=root)  # unless verbs made it
@@ -117,9 +117,9 @@ def writer(root: str, table: str, rounds: int, appends: int, go: str,
     if first:
         spark.range(1).write.format("delta").mode("append").save(table)
         sq.create_tube("jobs", "fifottl")
-        Path(go).touch()
-    while not Path(go).exists():
-        time.sleep(0.2)
+        print(GO, flush=True)  # the test passes it on to the second's stdin
+    else:
+        assert sys.stdin.readline().strip() == GO
     t = sq.tube("jobs")
     taken: list[int] = []
 
@@ -146,8 +146,7 @@ def writer(root: str, table: str, rounds: int, appends: int, go: str,
 def main(argv: list[str]) -> int:
     what, *args = argv
     if what == "writer":
-        seen = writer(args[0], args[1], int(args[2]), int(args[3]), args[4],
-                      args[5] == "first")
+        seen = writer(args[0], args[1], int(args[2]), int(args[3]), args[4] == "first")
     else:
         raise SystemExit(f"unknown scenario {what!r}")
     with open(args[-1], "w") as f:

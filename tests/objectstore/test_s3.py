@@ -15,6 +15,7 @@ import pytest
 
 from ..jvm import short_lived
 from ..s3gateway import S3Gateway
+from .s3_app import GO
 
 pytestmark = pytest.mark.slow
 
@@ -31,7 +32,22 @@ def start(gateway: S3Gateway, out: Path, *args: str) -> subprocess.Popen[str]:
     """One scenario of s3_app.py in a new process, with the gateway's AWS environment."""
     return subprocess.Popen([sys.executable, str(APP), *args, str(out)],
                             env=short_lived(PYTHONPATH=str(APP.parents[2]), **gateway.env),
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                            text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+
+
+def pass_go(first: subprocess.Popen[str], second: subprocess.Popen[str]) -> list[str]:
+    """Read the first application's output up to its go line, and give the second
+    that line; the output read."""
+    assert first.stdout is not None and second.stdin is not None
+    seen: list[str] = []
+    for line in first.stdout:
+        seen.append(line)
+        if line.strip() == GO:
+            second.stdin.write(line)
+            second.stdin.flush()
+            return seen
+    raise AssertionError("the first application ended before its go:\n" + "".join(seen[-80:]))
 
 
 def finish(app: subprocess.Popen[str], out: Path) -> dict[str, Any]:
@@ -68,9 +84,10 @@ def test_on_s3_every_verb_works_and_two_applications_lose_no_commit_and_share_no
     through the log store, and 3 rounds of put, take and ack on one tube: every
     commit lands (41 versions: the first append, then 40), every task is taken
     once. (One test, two applications: each start costs a JVM and Ivy.)"""
-    root, table, go = gateway.root("shared"), gateway.root("appends/t"), tmp_path / "go"
+    root, table = gateway.root("shared"), gateway.root("appends/t")
     apps = [start(gateway, tmp_path / f"{who}.json", "writer", root.replace("s3a:", "s3:"),
-                  table, "3", "20", str(go), who) for who in ("first", "second")]
+                  table, "3", "20", who) for who in ("first", "second")]
+    pass_go(*apps)
     seen = [finish(app, tmp_path / f"{who}.json")
             for who, app in zip(("first", "second"), apps, strict=True)]
     check_verbs(seen[0], f"{root}-verbs")
