@@ -25,6 +25,7 @@ import tempfile
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from .errors import InvalidOption, QueueError, StorageError
@@ -243,12 +244,14 @@ SAFE_LOG_STORES = (LOG_STORE, "io.delta.storage.S3DynamoDBLogStore")
 _warned: set[str] = set()
 
 
-def warn_if_unsafe(root: str, log_store: str | None) -> None:
-    """Warn once per root when a Queue on S3 runs on a session whose Delta log store
-    (``log_store``: its ``spark.delta.logStore.s3a.impl``) can lose a commit to
-    another writer. Databricks coordinates S3 commits itself: no warning there."""
-    if (not is_s3(root) or log_store in SAFE_LOG_STORES or root in _warned
-            or os.environ.get("DATABRICKS_RUNTIME_VERSION")):
+def warn_if_unsafe(root: str, spark: Any) -> None:
+    """Warn once per root when a Queue on S3 runs on a session (``spark``) whose
+    Delta log store for the root's scheme can lose a commit to another writer.
+    Databricks coordinates S3 commits itself: no warning there."""
+    if not is_s3(root) or root in _warned or os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return
+    log_store = spark.conf.get(f"spark.delta.logStore.{scheme(root)}.impl", None)
+    if log_store in SAFE_LOG_STORES:
         return
     _warned.add(root)
     import warnings

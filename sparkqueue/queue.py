@@ -107,10 +107,7 @@ class Queue:
             if failed is not None:
                 raise failed from e
             raise
-        if objectstore.is_s3(root):
-            objectstore.warn_if_unsafe(
-                root, spark.conf.get(f"spark.delta.logStore.{objectstore.scheme(root)}.impl",
-                                     None))
+        objectstore.warn_if_unsafe(root, spark)
 
     def __repr__(self) -> str:
         return f"Queue(root={self.root!r}, owner={self.owner!r})"

@@ -111,7 +111,7 @@ def session(
     settings: dict[str, str] = dict(config.spark)
     packages = [delta_package()]
     if objectstore.is_s3(root or config.root):
-        s3, more = objectstore.session_settings(delta_package().rsplit(":", 1)[-1])
+        s3, more = objectstore.session_settings(metadata.version("delta-spark"))
         if settings.get("spark.jars"):
             s3["spark.jars"] = f"{settings['spark.jars']},{s3['spark.jars']}"
         settings.update(s3)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -96,3 +97,29 @@ def test_a_root_s3a_cannot_reach_is_a_storage_error_naming_it(java: str, problem
     assert problem in str(failed)
     assert objectstore.unreachable("/data/q", RuntimeError(java)) is None
     assert objectstore.unreachable("s3a://b/q", RuntimeError("something else")) is None
+
+
+class Conf:
+    """A session's settings, as ``spark.conf`` answers (no JVM needed here)."""
+
+    def __init__(self, settings: dict[str, str]) -> None:
+        self.conf = self
+        self.settings = settings
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        return self.settings.get(key, default)
+
+
+def test_an_s3_root_whose_log_store_can_lose_commits_warns_once(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("DATABRICKS_RUNTIME_VERSION", raising=False)
+    monkeypatch.setattr(objectstore, "_warned", set())
+    safe = Conf({"spark.delta.logStore.s3a.impl": objectstore.LOG_STORE})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        objectstore.warn_if_unsafe("s3a://b/safe", safe)
+        objectstore.warn_if_unsafe("/data/q", Conf({}))
+    with pytest.warns(RuntimeWarning, match="can lose a commit") as caught:
+        objectstore.warn_if_unsafe("s3a://b/q", Conf({}))
+        objectstore.warn_if_unsafe("s3a://b/q", Conf({}))  # once per root
+    assert len(caught) == 1 and objectstore.LOG_STORE in str(caught[0].message)

@@ -60,7 +60,12 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
     }
   }
 
-  /** Whether a failed create lost to another writer's file (HTTP 412, or found it there). */
+  /**
+   * Whether a failed create lost to another writer's file: S3A's answer to HTTP 412
+   * ({@code RemoteFileChangedException}, or S3's error code {@code PreconditionFailed}),
+   * or a file found there. Not a bare "412" in a message: commit file names hold
+   * such digits.
+   */
   static boolean isConflict(Throwable e) {
     for (Throwable t = e; t != null; t = t.getCause()) {
       String name = t.getClass().getName();
@@ -68,7 +73,7 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
       if (t instanceof java.nio.file.FileAlreadyExistsException
           || t instanceof org.apache.hadoop.fs.FileAlreadyExistsException
           || name.endsWith("RemoteFileChangedException")
-          || text.contains("412") || text.contains("PreconditionFailed")) {
+          || text.contains("PreconditionFailed")) {
         return true;
       }
     }
