@@ -37,7 +37,7 @@ jars: setup java  ## fetch the Delta jars from Maven Central into the Ivy cache
 s3-jars: jars  ## fetch S3A and build the S3 log store (what an s3a:// root needs)
 	$(PY) -c "import sparkqueue; sparkqueue.session(root='s3a://bucket/q').stop(); print('S3A ready')"
 
-# A local S3-compatible server for the tests (tests/s3gateway.py), built once with Go.
+# A local S3-compatible server for the tests (sparkqueue/s3gateway.py), built once with Go.
 VERSITYGW := github.com/versity/versitygw/cmd/versitygw@v1.8.0
 $(VENV)/bin/versitygw: | $(VENV)/.installed
 	@command -v go >/dev/null || { echo "ERROR: Go not found: the S3 tests build their local S3 server (versitygw) with go install"; exit 1; }
@@ -69,7 +69,7 @@ sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root)
 	$(VENV)/bin/spark-submit --properties-file conf/spark-submit.conf jobs/sweeper.py \
 	  $(if $(ROOT),--root $(ROOT)) --once
 
-bench: jars  ## run the benchmark job (figures and ratios against plain Delta)
+bench: jars s3-jars $(VENV)/bin/versitygw  ## run the benchmark job (figures and ratios against plain Delta)
 	$(PY) jobs/benchmark.py --write BENCHMARKS.md $(ARGS)
 
 torture: jars  ## crash torture (ARGS="--seconds 300" etc.): processes SIGKILLed at random, then a drain

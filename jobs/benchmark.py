@@ -40,6 +40,11 @@ application of its own, on a four-shard tube against one consumer, and
 against four on a tube of one shard: tasks per second and conflicts per take;
 and the same for sub-queues taken with window 1.
 
+The s3 section (jobs/bench_s3.py) runs take(1,000) and a Consumer drain on a
+local S3-compatible server (versitygw, started for it) beside a local folder,
+in one application whose session sparkqueue built for S3, with the S3
+requests per take (S3A's statistics) and the S3-over-local ratios.
+
 The sweep section times one sweeper pass over a 100,000-task and a
 10,000,000-task tube with 1% of the tasks due in each (--sweep-sizes).
 
@@ -55,7 +60,7 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
-    python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines,e2e,shards
+    python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines,e2e,shards,s3
     spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/benchmark.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
@@ -79,6 +84,7 @@ from typing import Any
 from bench_e2e import Sizes, bench_e2e
 from bench_engines import bench_engines, consume_all, ingested, payload, say, timed
 from bench_report import write_report
+from bench_s3 import bench_s3
 from bench_shards import bench_shards
 from bench_verbs import bench_drain, bench_put, bench_take, drain_all, take_tubes
 from pyspark.sql import DataFrame, SparkSession
@@ -86,6 +92,9 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue.store import TASK_FILE_ROWS
+
+#: the benchmark's sections, in the order they run
+SECTIONS = ("put", "take", "drain", "utube", "engines", "e2e", "shards", "s3", "sweep")
 
 
 def sub_queue_rows(spark: SparkSession, queues: int, each: int) -> DataFrame:
@@ -254,9 +263,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--drain-batch", type=int, default=100_000)
     parser.add_argument("--scale", action="store_true", help="also take(1000) on a --big tube")
     parser.add_argument("--big", type=int, default=10_000_000)
-    parser.add_argument("--sections", default="put,take,drain,utube,sweep,engines,e2e,shards",
-                        help="which to run, comma-separated: "
-                             "put,take,drain,utube,sweep,engines,e2e,shards")
+    parser.add_argument("--sections", default=",".join(SECTIONS),
+                        help=f"which to run, comma-separated: {','.join(SECTIONS)}")
     parser.add_argument("--engines-warmup", type=int, default=200_000,
                         help="tasks each engine of the engines section drains before "
                              "its timed drain")
@@ -272,6 +280,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--e2e-big-batch", type=int, default=1_000_000)
     parser.add_argument("--round-trip-rows", type=int, default=100_000,
                         help="tasks in the tube of the take(1) + ack(1) round trips")
+    parser.add_argument("--s3-rows", type=int, default=100_000,
+                        help="tasks of the s3 section's tubes")
+    parser.add_argument("--s3-batch", type=int, default=10_000,
+                        help="batch of the s3 section's drains")
     parser.add_argument("--sweep-sizes", default="100000,10000000",
                         help="tube sizes of the sweep benchmark (1%% of each due)")
     parser.add_argument("--utube-sizes", default="1000,10000,150000",
@@ -286,8 +298,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="for a local run started with plain python (spark-submit: "
                              "use its --driver-memory)")
     args = parser.parse_args(argv)
-    unknown = set(args.sections.split(",")) - {
-        "put", "take", "drain", "utube", "sweep", "engines", "e2e", "shards"}
+    unknown = set(args.sections.split(",")) - set(SECTIONS)
     if unknown:
         parser.error(f"unknown section(s): {', '.join(sorted(unknown))}")
     return args
@@ -337,6 +348,11 @@ def main(argv: list[str] | None = None) -> int:
         say(f"shards: consumers in Spark applications of their own, {args.shard_rows} tasks")
         figures.update(bench_shards(spark, f"{root}/shards", args.shard_rows,
                                     args.shard_batch, args.utube_each, args.shard_warmup, say))
+
+    if "s3" in sections:
+        say(f"s3: a local S3 server beside a local folder, {args.s3_rows} tasks")
+        figures.update(bench_s3(f"{root}/s3", args.s3_rows, args.s3_batch, args.repeat,
+                                min(args.s3_rows, 20_000)))
 
     if "sweep" in sections:
         bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])

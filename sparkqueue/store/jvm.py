@@ -8,15 +8,23 @@ Spark Connect client has none. :func:`jvm_of` is where the store finds out.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 from urllib.parse import urlparse
 
 from py4j.java_gateway import JavaClass
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import SparkSession
 
 from .files import delta_log
 
 __all__ = ["HadoopFiles", "delta_classes", "jvm_of", "quiet_task_failures"]
+
+#: the class of sparkqueue's log store for S3 (sparkqueue.objectstore.LOG_STORE), whose
+#: ``listAfter`` lists a log folder from a key on (one S3 request, not the folder)
+LISTER = "sparkqueue.delta.ConditionalPutLogStore"
+S3A = "org.apache.hadoop.fs.s3a.S3AFileSystem"
+COMMIT_FILE = re.compile(r"^(\d{20})\.json$")
 
 
 def jvm_of(spark: SparkSession) -> Any | None:
@@ -82,10 +90,15 @@ class HadoopFiles:
         return bool(fs.exists(path))
 
     def read(self, file: str) -> str | None:
+        """Opened without asking first whether it is there: on S3 that question is a
+        request of its own (two when the answer is no)."""
         path, fs = self._path(file)
-        if not fs.exists(path):
-            return None
-        stream = fs.open(path)
+        try:
+            stream = fs.open(path)
+        except Py4JJavaError as e:
+            if "FileNotFoundException" in str(e.java_exception.getClass().getName()):
+                return None
+            raise
         try:
             return str(self.jvm.org.apache.commons.io.IOUtils.toString(stream, "UTF-8"))
         finally:
@@ -96,16 +109,38 @@ class HadoopFiles:
         return {f: t for f, t in found.items() if t is not None}
 
     def latest_version(self, table: str, known: int) -> int | None:
-        """From ``known`` (or the last checkpoint), the commit files that follow it."""
+        """From ``known`` (or the last checkpoint), the commit files that follow it:
+        on S3A one listing from ``known``'s commit file on, elsewhere a probe of
+        each next file."""
         if known < 0:
             last = self.read(delta_log(table, "_last_checkpoint"))
             known = -1 if last is None else int(json.loads(last)["version"])
+        listed = self._listed_from(table, max(known, 0))
+        if listed is not None:
+            return listed
         found = known
         while self.exists(delta_log(table, f"{found + 1:020d}.json")):
             found += 1
         if found == known and not self.exists(delta_log(table)):
             return None
         return found
+
+    def _listed_from(self, table: str, version: int) -> int | None:
+        """The newest commit file of ``table`` from ``version``'s on, by one S3
+        listing (the log store's ``listAfter``); None when none was found or
+        this is not S3A with sparkqueue's log store loaded (then probe)."""
+        path, fs = self._path(delta_log(table, f"{version:020d}.json"))
+        if fs.getClass().getName() != S3A:
+            return None
+        lister = self.jvm
+        for part in LISTER.split("."):
+            lister = getattr(lister, part)
+        if not isinstance(lister, JavaClass):
+            return None
+        entries = lister.listAfter(fs, fs.makeQualified(path))
+        versions = [int(m.group(1)) for e in (entries or [])
+                    if (m := COMMIT_FILE.match(str(e.getPath().getName())))]
+        return max(versions, default=None)
 
     def folders(self, folder: str) -> list[str]:
         path, fs = self._path(folder)

@@ -35,7 +35,9 @@ def verbs(root: str) -> dict[str, Any]:
     # a bucket of its own whose secret is wrong, as a second set of credentials would be
     with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
         spark = sparkqueue.session(root=root, master="local[1]", conf={
-            "spark.hadoop.fs.s3a.bucket.denied.secret.key": "wrong", **SMALL})
+            "spark.hadoop.fs.s3a.bucket.denied.secret.key": "wrong",
+            # listings of 5 keys a request: a listing of a whole log folder shows
+            "spark.hadoop.fs.s3a.paging.maximum": "5", **SMALL})
     seen: dict[str, Any] = {"errors": {}}
     for name, where in (("missing", "s3a://no-such-bucket/q"), ("denied", "s3a://denied/q")):
         try:
@@ -72,8 +74,43 @@ def verbs(root: str) -> dict[str, Any]:
         t.sink(stream, f"{root}/checkpoints/jobs",
                trigger={"availableNow": True}).awaitTermination()
     seen["sunk"] = sorted(r["data"]["n"] for r in t.tasks_by_state("ready").collect())
+    seen["listing"] = log_listing(spark, t.context.layout.tasks("jobs"))
     t.drop()
     seen["log_store"] = second_writer_refused(spark, f"{root}/probe/_delta_log/0.json")
+    return seen
+
+
+def log_listing(spark: Any, table: str) -> dict[str, Any]:
+    """The log store's listing of ``table``'s log from its newest commit on (what
+    Delta asks on every snapshot update) beside a listing of the whole log folder:
+    the S3 LIST requests of each (S3A's statistics), what each returned, and what
+    a listing of a log folder that is not there raised."""
+    from py4j.protocol import Py4JJavaError
+
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+    log = jvm.org.apache.hadoop.fs.Path(f"{table}/_delta_log")
+    fs = log.getFileSystem(conf)
+    store = jvm.sparkqueue.delta.ConditionalPutLogStore(conf)
+
+    def lists() -> int:  # a listing's first request, and those that continue it
+        counters = fs.getIOStatistics().counters()
+        return sum(int(counters.get(c) or 0)
+                   for c in ("object_list_request", "object_continue_list_request"))
+
+    before = lists()
+    folder = sorted(str(f.getPath().getName()) for f in fs.listStatus(log))
+    folder_requests, before = lists() - before, lists()
+    newest = max(n for n in folder if n.endswith(".json") and n[:20].isdigit())
+    listed = store.listFrom(jvm.org.apache.hadoop.fs.Path(log, newest), conf)
+    names = []
+    while listed.hasNext():
+        names.append(str(listed.next().getPath().getName()))
+    seen: dict[str, Any] = {"folder": folder, "folder_requests": folder_requests,
+                            "from": newest, "listed": names, "requests": lists() - before}
+    try:
+        store.listFrom(jvm.org.apache.hadoop.fs.Path(f"{table}-gone/_delta_log/0.json"), conf)
+    except Py4JJavaError as e:
+        seen["missing"] = str(e.java_exception.getClass().getName())
     return seen
 
 

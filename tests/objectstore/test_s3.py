@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
+from sparkqueue.s3gateway import S3Gateway
+
 from ..jvm import short_lived
-from ..s3gateway import S3Gateway
 from .s3_app import GO
 
 pytestmark = pytest.mark.slow
@@ -71,6 +72,15 @@ def check_verbs(seen: dict[str, Any], root: str) -> None:
     # the log store's second write of one commit file is refused, the first kept
     assert seen["log_store"] == [
         "written", "java.nio.file.FileAlreadyExistsException", '{"first":1}']
+    # the log store lists a log from a version on in one request, where a listing of
+    # the whole folder takes one per 5 keys here; what it returns is the folder's
+    # entries from that version's commit file on, in order
+    listing = seen["listing"]
+    assert listing["requests"] == 1 and listing["folder_requests"] >= len(listing["folder"]) // 5
+    assert len(listing["folder"]) > 10
+    assert listing["listed"] == [n for n in listing["folder"] if n >= listing["from"]]
+    assert listing["listed"][0] == listing["from"]
+    assert listing["missing"] == "java.io.FileNotFoundException"
     missing, denied = seen["errors"]["missing"], seen["errors"]["denied"]
     assert missing[0] == denied[0] == "StorageError"
     assert "s3a://no-such-bucket/q" in missing[1] and "does not exist" in missing[1]

@@ -1,13 +1,22 @@
 package sparkqueue.delta;
 
 import io.delta.storage.HadoopFileSystemLogStore;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.util.ArrayList;
+import java.util.Comparator;
 import java.util.Iterator;
+import java.util.List;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataOutputStream;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
+import org.apache.hadoop.fs.PathFilter;
+import org.apache.hadoop.fs.RemoteIterator;
 
 /**
  * A Delta log store for object stores that honour conditional writes (S3's
@@ -25,6 +34,15 @@ import org.apache.hadoop.fs.Path;
  * Delta then reads the winner's commit and retries its own on top of it.
  * Files written with {@code overwrite} (Delta's {@code _last_checkpoint} hint)
  * are plain PUTs, as Delta expects of them.
+ *
+ * <p>Listing the log from a version ({@link #listFrom}, on every snapshot
+ * update: every read and commit) asks S3 for the keys after that version's
+ * ({@code ListObjectsV2} with {@code StartAfter}, through S3A's own listing, so
+ * with its retries, auditing and statistics), not for the whole
+ * {@code _delta_log} folder, which keeps a commit and a checksum file per
+ * version for the log's retention (30 days). S3A has no public call for
+ * that, so it is reached by reflection (hadoop-aws need not be on the class
+ * path this compiles against); where it is not there, the folder is listed.
  */
 public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
 
@@ -85,6 +103,95 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
     while (actions.hasNext()) {
       out.write((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
     }
+  }
+
+  /**
+   * The log's files from {@code path}'s name on, in order: on S3A one listing that
+   * starts at that key ({@link #listAfter}); elsewhere, or where S3A's listing
+   * cannot be reached, the folder's listing filtered, as Delta's. A log folder
+   * that is not there is a {@link FileNotFoundException}, as Delta expects; on
+   * S3A it is looked for only when the listing found nothing (saving a HEAD
+   * and a LIST on every other call).
+   */
+  @Override
+  public Iterator<FileStatus> listFrom(Path path, Configuration hadoopConf) throws IOException {
+    FileSystem fs = path.getFileSystem(hadoopConf);
+    Path resolved = fs.makeQualified(path);
+    List<FileStatus> found = isS3A(fs) ? listAfter(fs, resolved) : null;
+    if (found == null) {
+      return super.listFrom(path, hadoopConf);
+    }
+    if (found.isEmpty() && !fs.exists(resolved.getParent())) {
+      throw new FileNotFoundException("No such file or directory: " + resolved.getParent());
+    }
+    String from = resolved.getName();
+    return found.stream()
+        .filter(f -> f.getPath().getName().compareTo(from) >= 0)
+        .sorted(Comparator.comparing(FileStatus::getPath))
+        .iterator();
+  }
+
+  /** Whether {@code fs} is S3A's (by name: hadoop-aws need not be on the class path). */
+  static boolean isS3A(FileSystem fs) {
+    return fs.getClass().getName().equals("org.apache.hadoop.fs.s3a.S3AFileSystem");
+  }
+
+  /**
+   * The entries of {@code from}'s folder from {@code from}'s key on, through S3A's
+   * listing of a request that starts after the key just before it; null when
+   * this S3A has not the calls used (Hadoop 3.4 and 3.5 have).
+   */
+  public static List<FileStatus> listAfter(FileSystem fs, Path from) throws IOException {
+    Path folder = from.getParent();
+    try {
+      Class<?> s3a = fs.getClass();
+      ClassLoader loader = s3a.getClassLoader();
+      Method key = s3a.getMethod("pathToKey", Path.class);
+      Object request = s3a.getMethod("createListObjectsRequest", String.class, String.class)
+          .invoke(fs, key.invoke(fs, folder) + "/", "/");
+      Object v2 = request.getClass().getMethod("getV2").invoke(request);
+      Class<?> v2Class = loader.loadClass(
+          "software.amazon.awssdk.services.s3.model.ListObjectsV2Request");
+      Class<?> builder = loader.loadClass(
+          "software.amazon.awssdk.services.s3.model.ListObjectsV2Request$Builder");
+      Object started = builder.getMethod("startAfter", String.class).invoke(
+          v2Class.getMethod("toBuilder").invoke(v2), keyBefore((String) key.invoke(fs, from)));
+      Object listRequest = request.getClass().getMethod("v2", v2Class)
+          .invoke(null, builder.getMethod("build").invoke(started));
+      Object listing = s3a.getMethod("getListing").invoke(fs);
+      Object acceptor = loader.loadClass("org.apache.hadoop.fs.s3a.Listing$AcceptAllButSelfAndS3nDirs")
+          .getConstructor(Path.class).newInstance(folder);
+      Object span = s3a.getMethod("getActiveAuditSpan").invoke(fs);
+      PathFilter all = p -> true;
+      for (Method m : listing.getClass().getMethods()) {
+        if (m.getName().equals("createFileStatusListingIterator") && m.getParameterCount() == 5) {
+          RemoteIterator<?> it = (RemoteIterator<?>) m.invoke(
+              listing, folder, listRequest, all, acceptor, span);
+          List<FileStatus> found = new ArrayList<>();
+          while (it.hasNext()) {
+            found.add((FileStatus) it.next());
+          }
+          return found;
+        }
+      }
+      return null;
+    } catch (InvocationTargetException e) {
+      if (e.getCause() instanceof IOException) {
+        throw (IOException) e.getCause();
+      }
+      if (e.getCause() instanceof RuntimeException) {
+        throw (RuntimeException) e.getCause();
+      }
+      throw new IOException(e.getCause());
+    } catch (ReflectiveOperationException | ClassCastException e) {
+      return null;
+    }
+  }
+
+  /** The greatest key that sorts before {@code key}: its last character, one less. */
+  static String keyBefore(String key) {
+    char last = key.charAt(key.length() - 1);
+    return key.substring(0, key.length() - 1) + (char) (last - 1);
   }
 
   /** A PUT is seen whole or not at all. */

@@ -1,4 +1,5 @@
-"""A local S3-compatible server for the tests: versitygw's posix gateway on 127.0.0.1.
+"""A local S3-compatible server: versitygw's posix gateway on 127.0.0.1, for the tests,
+the benchmark and trying an S3 root without a cloud account.
 
 versitygw keeps each bucket as a folder and each object as a file, honours
 conditional writes (``If-None-Match: *``) as S3 does, and starts in under a
@@ -16,7 +17,7 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from sparkqueue.server import free_port
+from .server import free_port
 
 VERSITYGW = "github.com/versity/versitygw/cmd/versitygw@v1.8.0"
 
