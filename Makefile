@@ -65,9 +65,10 @@ check: setup  ## lint and type-check
 connect-server: jars  ## a local Spark Connect server with Delta (then SPARK_REMOTE=sc://127.0.0.1:15002 make demo)
 	$(PY) -m sparkqueue.server --port $${PORT:-15002}
 
-sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root)
-	$(VENV)/bin/spark-submit --properties-file conf/spark-submit.conf jobs/sweeper.py \
-	  $(if $(ROOT),--root $(ROOT)) --once
+sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root; s3a:// too)
+	$(VENV)/bin/spark-submit --properties-file conf/spark-submit.conf \
+	  $$($(VENV)/bin/sparkqueue submit-args $(if $(ROOT),--root $(ROOT))) \
+	  jobs/sweeper.py $(if $(ROOT),--root $(ROOT)) --once
 
 bench: jars s3-jars $(VENV)/bin/versitygw  ## run the benchmark job (figures and ratios against plain Delta)
 	$(PY) jobs/benchmark.py --write BENCHMARKS.md $(ARGS)

@@ -18,6 +18,8 @@ import shutil
 import sys
 import time
 
+from pyspark.sql import SparkSession
+
 import sparkqueue
 from sparkqueue import FakeClock
 
@@ -30,11 +32,13 @@ def main(argv: list[str] | None = None) -> int:
     if "://" not in args.root:
         shutil.rmtree(args.root, ignore_errors=True)
 
+    ours = SparkSession.getActiveSession() is None  # else the caller's, left running
     spark = sparkqueue.session(app_name="sparkqueue-demo", root=args.root)
     clock = FakeClock(time.time())
     sq = sparkqueue.connect(spark, args.root, owner="demo-worker", clock=clock)
     for name in sq.tubes():  # an earlier run's, on a root that is not a local folder
         sq.tube(name).drop()
+    print(f"root: {sq.root}")
     print(f"engine: {sq.engine} (SPARK_REMOTE={os.environ.get('SPARK_REMOTE', '')!r})")
 
     def step(title: str) -> None:
@@ -79,7 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     step("one sweeper pass (what `spark-submit jobs/sweeper.py` runs on a schedule)")
     print(sq.sweep(progress=print))
     sq.statistics_history().select("tube", "at", "ready", "total", "purged").show()
-    spark.stop()
+    if ours:
+        spark.stop()
     return 0
 
 

@@ -5,6 +5,7 @@
     sparkqueue peek   [--root ROOT] TUBE ID [ID ...]
     sparkqueue kick   [--root ROOT] TUBE [COUNT]
     sparkqueue sweep  [--root ROOT] [--tube NAME] [--once | --interval SECONDS]
+    sparkqueue submit-args [--root ROOT]     # spark-submit's --packages (and --jars on S3)
 
 Every command takes ``--conf FILE`` too. Errors are one line on stderr and
 a non-zero exit status (1: the queue refused, 2: bad command line).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -130,10 +132,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("tube")
     p.add_argument("count", nargs="?", type=int, default=1)
     add_sweep_args(sub.add_parser("sweep", help="run the sweeper (one pass with --once)"))
+    _common(sub.add_parser("submit-args", help="the spark-submit options a job on the root "
+                                               "needs beside conf/spark-submit.conf"))
     args = parser.parse_args(argv)
     try:
         if args.command == "sweep":
             return run_sweeper(args)
+        if args.command == "submit-args":
+            from .session import submit_args
+
+            root = args.root or (load_config(args.conf) if args.conf else load_config()).root
+            print(shlex.join(submit_args(root)))
+            return 0
         queue = _queue(args, f"sparkqueue-{args.command}", quiet=True)
         if args.command == "tubes":
             for name in queue.tubes():

@@ -65,12 +65,21 @@ def s3a_root(root: str) -> str:
     return root
 
 
+def spark_jars() -> Path:
+    """The folder of Spark's own jars: ``$SPARK_HOME/jars`` (spark-submit sets it, and
+    its Python then imports pyspark from a zip), else the pyspark package's."""
+    home = os.environ.get("SPARK_HOME")
+    if home and (Path(home) / "jars").is_dir():
+        return Path(home) / "jars"
+    import pyspark
+
+    return Path(pyspark.__file__).parent / "jars"
+
+
 def hadoop_version(jars: Path | None = None) -> str:
     """The Hadoop version pyspark bundles (from its ``hadoop-client-api`` jar)."""
     if jars is None:
-        import pyspark
-
-        jars = Path(pyspark.__file__).parent / "jars"
+        jars = spark_jars()
     for jar in sorted(jars.glob("hadoop-client-api-*.jar")):
         return jar.name.removeprefix("hadoop-client-api-").removesuffix(".jar")
     raise QueueError(f"no hadoop-client-api jar in {jars}: pyspark's install lacks its "
@@ -168,8 +177,6 @@ def log_store_jar(delta_version: str, cache: Path | None = None) -> Path:
     (default: ``sparkqueue/jars`` when writable, else ``~/.cache/sparkqueue``)
     and rebuilt when the source is newer.
     """
-    import pyspark
-
     cache = cache or _jar_cache()
     jar = cache / f"{delta_version}-{JAR_NAME}"
     if jar.is_file() and jar.stat().st_mtime >= JAVA_SOURCE.stat().st_mtime:
@@ -181,9 +188,8 @@ def log_store_jar(delta_version: str, cache: Path | None = None) -> Path:
         raise QueueError("javac was not found: S3 roots need sparkqueue's Delta log store, "
                          "compiled once with a Java 17 JDK (apt-get install "
                          "openjdk-17-jdk-headless; set JAVA_HOME)")
-    jars = Path(pyspark.__file__).parent / "jars"
     classpath = [str(_delta_storage(delta_version, cache)),
-                 *[str(j) for j in jars.glob("hadoop-client-api-*.jar")]]
+                 *[str(j) for j in spark_jars().glob("hadoop-client-api-*.jar")]]
     with tempfile.TemporaryDirectory() as out:
         subprocess.run([javac, "--release", "17", "-nowarn", "-d", out, "-cp",
                         os.pathsep.join(classpath), str(JAVA_SOURCE)],

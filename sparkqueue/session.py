@@ -60,6 +60,23 @@ def _submitted_conf() -> dict[str, str]:
     return {str(k): str(v) for k, v in SparkConf().getAll()}
 
 
+def submit_args(root: str | None = None) -> list[str]:
+    """The ``spark-submit`` options a job on ``root`` (default: conf/'s) needs beside
+    conf/spark-submit.conf: the packages (Delta's; on S3, hadoop-aws too) and, on
+    S3, sparkqueue's log store jar (compiled now if it is not yet).
+
+    spark-submit starts the JVM before any Python runs, so the jars a session
+    built inside the job adds come too late for the driver; the settings do not
+    (:func:`session` adds S3A's and the log store's). ``sparkqueue submit-args``
+    prints them.
+    """
+    args = ["--packages", delta_package()]
+    if objectstore.is_s3(root or load_config().root):
+        args[1] += f",{objectstore.hadoop_aws_package()}"
+        args += ["--jars", str(objectstore.log_store_jar(metadata.version("delta-spark")))]
+    return args
+
+
 def remote_session(url: str) -> SparkSession:
     """A Spark Connect session to ``url`` (``sc://host:port``). pyspark runs one kind
     of session per process: not beside a classic one."""

@@ -112,6 +112,11 @@ def payload_of(ctx: TubeContext, data: Any,
     return frame, conform(incoming, tube_schema, ctx.name)
 
 
+class SchemaRace(Exception):
+    """A tube's first put lost to another first put, which gave the tube its payload
+    schema (a Delta metadata change) in the meantime."""
+
+
 def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutOptions,
               event: str, txn: tuple[str, int] | None = None) -> DataFrame | Task | None:
     """Append the tasks to the inbox in one commit; ``txn`` makes it idempotent.
@@ -120,7 +125,20 @@ def write_put(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: Put
     with that app id and a version at least as high exists (a micro-batch
     replayed after a crash): then nothing is written and None returned.
     A put of no rows writes nothing and returns no tasks.
+
+    Two first puts of a tube at once (two applications starting on a new tube)
+    both set its payload schema; Delta refuses the second commit, which is then
+    put again conformed to the schema the first set.
     """
+    try:
+        return put_once(ctx, data, single, urgent, opts, event, txn)
+    except SchemaRace:
+        return put_once(ctx, data, single, urgent, opts, event, txn)
+
+
+def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutOptions,
+             event: str, txn: tuple[str, int] | None) -> DataFrame | Task | None:
+    """:func:`write_put`, with the tube's payload schema as read now."""
     layout = ctx.layout
     inbox = layout.inbox(ctx.key)
     tube_schema = payload_schema(ctx)
@@ -223,6 +241,8 @@ def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, in
             raise InvalidOption(f"put to {ctx.name!r}: a row's {bad.group(1)}") from e
         if st.is_conflict(e) and txn is not None and txn[0] == CAPACITY_TXN:
             return False
+        if first and st.is_conflict(e):
+            raise SchemaRace(ctx.name) from e
         raise
     return True
 

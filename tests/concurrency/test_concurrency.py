@@ -155,6 +155,28 @@ def test_threads_taking_from_one_tube_never_share_a_task(sq: Queue) -> None:
         assert all(owners[i] == name for i in got)
 
 
+def test_first_puts_at_once_on_a_new_tube_all_land(spark: SparkSession, root: str,
+                                                     sq: Queue) -> None:
+    """Two workers starting on new tubes put at once: each first put sets the tube's
+    payload schema, and Delta refuses the commit that comes second (its metadata
+    changed); that put is made again with the schema, and lands."""
+    other = sparkqueue.connect(spark, root, owner="other")
+    names = [f"new{i}" for i in range(3)]
+    for name in names:
+        sq.create_tube(name, "fifo")
+    queues = {"w0": sq, "w1": other}
+
+    def first_puts(worker: str, got: list[int]) -> None:
+        for name in names:
+            got.extend(ids(queues[worker].tube(name).put([{"n": int(worker[1:])}])))
+
+    results = in_threads(2, first_puts)
+    assert all(len(got) == len(names) for got in results.values())
+    for name in names:
+        assert sorted(r["data"]["n"] for r in sq.tube(name).peek(
+            [i for got in results.values() for i in got]).collect()) == [0, 1]
+
+
 def test_a_steady_producer_does_not_starve_a_consumer(sq: Queue) -> None:
     tube = sq.create_tube("p", "fifo")
     tube.put([{"n": -1}])

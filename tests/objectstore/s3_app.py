@@ -80,6 +80,20 @@ def verbs(root: str) -> dict[str, Any]:
     return seen
 
 
+def demo(root: str) -> str:
+    """jobs/demo.py (what ``make demo`` runs) on ``root``, in this application: its output."""
+    import contextlib
+    import io
+    import runpy
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = runpy.run_path(str(Path(__file__).parents[2] / "jobs" / "demo.py"))["main"](
+            ["--root", root])
+    assert code == 0
+    return out.getvalue()
+
+
 def log_listing(spark: Any, table: str) -> dict[str, Any]:
     """The log store's listing of ``table``'s log from its newest commit on (what
     Delta asks on every snapshot update) beside a listing of the whole log folder:
@@ -155,7 +169,8 @@ def writer(root: str, table: str, rounds: int, appends: int, first: bool) -> dic
         spark.range(1).write.format("delta").mode("append").save(table)
         sq.create_tube("jobs", "fifottl")
         print(GO, flush=True)  # the test passes it on to the second's stdin
-    else:
+    else:  # while the first runs the verbs: what `make demo DEMO_ROOT=s3a://...` runs
+        seen["demo"] = demo(f"{root}-demo")
         assert sys.stdin.readline().strip() == GO
     t = sq.tube("jobs")
     taken: list[int] = []

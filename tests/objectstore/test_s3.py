@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from sparkqueue.s3gateway import S3Gateway
+from sparkqueue.session import submit_args
 
 from ..jvm import short_lived
 from .s3_app import GO
@@ -21,6 +22,7 @@ from .s3_app import GO
 pytestmark = pytest.mark.slow
 
 APP = Path(__file__).parent / "s3_app.py"
+REPO = APP.parents[2]
 
 
 @pytest.fixture(scope="module")
@@ -29,10 +31,18 @@ def gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Gateway]:
         yield g
 
 
-def start(gateway: S3Gateway, out: Path, *args: str) -> subprocess.Popen[str]:
-    """One scenario of s3_app.py in a new process, with the gateway's AWS environment."""
-    return subprocess.Popen([sys.executable, str(APP), *args, str(out)],
-                            env=short_lived(PYTHONPATH=str(APP.parents[2]), **gateway.env),
+def start(gateway: S3Gateway, out: Path, *args: str,
+          submit_root: str | None = None) -> subprocess.Popen[str]:
+    """One scenario of s3_app.py in a new process, with the gateway's AWS environment:
+    a Python process, or with ``submit_root`` a job started by spark-submit with the
+    options ``sparkqueue submit-args --root`` gives for that root."""
+    run = [sys.executable]
+    if submit_root is not None:
+        run = [str(Path(sys.executable).parent / "spark-submit"), "--master", "local[1]",
+               "--properties-file", str(REPO / "conf" / "spark-submit.conf"),
+               *submit_args(submit_root)]
+    return subprocess.Popen([*run, str(APP), *args, str(out)],
+                            env=short_lived(PYTHONPATH=str(REPO), **gateway.env),
                             text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT)
 
@@ -93,14 +103,21 @@ def test_on_s3_every_verb_works_and_two_applications_lose_no_commit_and_share_no
     an S3 root (:func:`check_verbs`). Then each makes 20 appends to one table
     through the log store, and 3 rounds of put, take and ack on one tube: every
     commit lands (41 versions: the first append, then 40), every task is taken
-    once. (One test, two applications: each start costs a JVM and Ivy.)"""
+    once. The first is a spark-submitted job (spark-submit passes its stdout,
+    not its stdin), started with the options
+    ``sparkqueue submit-args`` prints for an S3 root. (One test, two
+    applications: each start costs a JVM and Ivy.)"""
     root, table = gateway.root("shared"), gateway.root("appends/t")
     apps = [start(gateway, tmp_path / f"{who}.json", "writer", root.replace("s3a:", "s3:"),
-                  table, "3", "20", who) for who in ("first", "second")]
+                  table, "3", "20", who, submit_root=root if who == "first" else None)
+            for who in ("first", "second")]
     pass_go(*apps)
     seen = [finish(app, tmp_path / f"{who}.json")
             for who, app in zip(("first", "second"), apps, strict=True)]
     check_verbs(seen[0], f"{root}-verbs")
+    # the demo on an S3 root (the second ran it while the first ran the verbs)
+    assert f"{root}-demo" in seen[1]["demo"] and "kicked: 1" in seen[1]["demo"]
+    assert "took 4 tasks; acked 4" in seen[1]["demo"]
     assert {s["session_log_store"] for s in seen} == {"sparkqueue.delta.ConditionalPutLogStore"}
     assert max(len(s["versions"]) for s in seen) == 41
     assert sorted(max(seen, key=lambda s: len(s["versions"]))["versions"]) == list(range(41))
