@@ -12,6 +12,8 @@ first), after a warm-up drain of --warmup tasks on each:
   their kin), and the S3 log entries each listed;
 - a drain of every task by a ``Consumer`` in batches of --drain-batch, in
   tasks per second, with the S3 requests per batch;
+- on S3, take(1,000) by the portable engine too (what a Spark Connect client
+  runs), with its requests;
 
 and the S3 figures over the local ones as ratios. What it measures is the
 cost of going through S3's protocol (requests, listing, conditional puts);
@@ -31,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,15 +56,10 @@ def s3_requests(spark: SparkSession, root: str) -> int:
     return int(fs.getIOStatistics().counters().get(REQUESTS) or 0)
 
 
-def bench_root(spark: SparkSession, sq: sparkqueue.Queue, prefix: str, rows: DataFrame,
-               batch: int, repeat: int, s3_root: str | None) -> dict[str, float]:
-    """take(1000) and a Consumer drain on ``sq``'s root; figures named ``prefix``...;
-    with ``s3_root``, the S3 requests they made."""
-    def requests() -> int:
-        return 0 if s3_root is None else s3_requests(spark, s3_root)
-
-    figures: dict[str, float] = {}
-    tube = ingested(sq, f"{prefix}take", "fifottl", rows)
+def takes(tube: sparkqueue.Tube, repeat: int,
+          requests: Callable[[], int]) -> tuple[list[float], list[int]]:
+    """Seconds and requests of --repeat take(1000)s after a warm-up one, each
+    followed by ``release_all``."""
     times, sent = [], []
     for i in range(repeat + 1):
         before = requests()
@@ -73,7 +71,26 @@ def bench_root(spark: SparkSession, sq: sparkqueue.Queue, prefix: str, rows: Dat
         if i:  # the first run is the warm-up
             times.append(took)
             sent.append(after - before)
+    return times, sent
+
+
+def bench_root(spark: SparkSession, sq: sparkqueue.Queue, prefix: str, rows: DataFrame,
+               batch: int, repeat: int, s3_root: str | None) -> dict[str, float]:
+    """take(1000) and a Consumer drain on ``sq``'s root; figures named ``prefix``...;
+    with ``s3_root``, the S3 requests they made."""
+    def requests() -> int:
+        return 0 if s3_root is None else s3_requests(spark, s3_root)
+
+    figures: dict[str, float] = {}
+    tube = ingested(sq, f"{prefix}take", "fifottl", rows)
+    times, sent = takes(tube, repeat, requests)
     figures[f"{prefix}take_1000_s"] = statistics.median(times)
+    if s3_root is not None:
+        figures[f"{prefix}take_1000_requests"] = statistics.median(sent)
+        portable = sparkqueue.connect(sq.spark, sq.root, owner="bench", engine="portable")
+        took_portable, sent_portable = takes(portable.tube(tube.name), repeat, requests)
+        figures[f"{prefix}portable_take_1000_s"] = statistics.median(took_portable)
+        figures[f"{prefix}portable_take_1000_requests"] = statistics.median(sent_portable)
     drained = ingested(sq, f"{prefix}drain", "fifottl", rows)
     before = requests()
     start = time.perf_counter()
@@ -81,10 +98,9 @@ def bench_root(spark: SparkSession, sq: sparkqueue.Queue, prefix: str, rows: Dat
     figures[f"{prefix}drain_s"] = time.perf_counter() - start
     figures[f"{prefix}drain_tasks_per_s"] = done / figures[f"{prefix}drain_s"]
     if s3_root is not None:
-        figures[f"{prefix}take_1000_requests"] = statistics.median(sent)
         # a Consumer's takes: one per batch, and the empty one that ends it
-        takes = -(-done // batch) + 1
-        figures[f"{prefix}drain_requests_per_take"] = (requests() - before) / takes
+        rounds = -(-done // batch) + 1
+        figures[f"{prefix}drain_requests_per_take"] = (requests() - before) / rounds
     return figures
 
 

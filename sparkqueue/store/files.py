@@ -13,6 +13,8 @@ from typing import Protocol
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from ..objectstore import is_s3
+
 __all__ = ["LogFiles", "SparkFiles", "delta_log", "is_missing_path"]
 
 MISSING_PATH = ("PATH_NOT_FOUND", "FileNotFoundException", "No such file")
@@ -64,7 +66,10 @@ class SparkFiles:
     Delta's own answer plans a command and reads its log); with none known,
     or none of those found (a table gone or made anew), Delta's own answer
     (``DESCRIBE HISTORY ... LIMIT 1``): there is no file listing for a
-    client to make. A folder cannot be deleted this way.
+    client to make. On S3 always Delta's answer: Hadoop reads a glob by
+    listing the whole folder (the log's every commit and checksum file kept),
+    where Delta's own listing starts at the version it needs (sparkqueue's log
+    store). A folder cannot be deleted this way.
     """
 
     deletes = False
@@ -97,7 +102,7 @@ class SparkFiles:
         return {f: texts[f.rsplit("/", 1)[-1]] for f in files if f.rsplit("/", 1)[-1] in texts}
 
     def latest_version(self, table: str, known: int) -> int | None:
-        if known >= 0 and not any(c in table for c in GLOB_CHARS):
+        if known >= 0 and not any(c in table for c in GLOB_CHARS) and not is_s3(table):
             newest = self._newest_commit(table, known)
             while newest is not None and newest == known + PROBE - 1:  # all there: look on
                 known = newest

@@ -75,6 +75,12 @@ def verbs(root: str) -> dict[str, Any]:
                trigger={"availableNow": True}).awaitTermination()
     seen["sunk"] = sorted(r["data"]["n"] for r in t.tasks_by_state("ready").collect())
     seen["listing"] = log_listing(spark, t.context.layout.tasks("jobs"))
+    seen["events"] = change_events(spark, t)
+    portable = sparkqueue.connect(spark, root, owner="s3-portable", engine="portable")
+    p = portable.tube("jobs")
+    p.put([{"n": 100}])
+    got = [r["task_id"] for r in p.take(10).collect()]
+    seen["portable"] = [portable.engine, len(got), p.ack(got).count()]
     t.drop()
     seen["log_store"] = second_writer_refused(spark, f"{root}/probe/_delta_log/0.json")
     return seen
@@ -92,6 +98,14 @@ def demo(root: str) -> str:
             ["--root", root])
     assert code == 0
     return out.getvalue()
+
+
+def change_events(spark: Any, t: sparkqueue.Tube) -> list[str]:
+    """The events ``t.changes()`` streams (its change feed read from S3) up to now."""
+    query = (t.changes(0).select("event").writeStream.format("memory").queryName("s3_changes")
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    return sorted({str(r[0]) for r in spark.table("s3_changes").collect()})
 
 
 def log_listing(spark: Any, table: str) -> dict[str, Any]:

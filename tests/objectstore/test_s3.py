@@ -79,6 +79,10 @@ def check_verbs(seen: dict[str, Any], root: str) -> None:
     assert seen["statistics"]["done"] == 2
     assert seen["consumed"] == 4 and seen["left"] == 0
     assert seen["sunk"] == [0, 1, 2, 10, 11, 12]
+    # the change feed streamed from S3; the portable engine on the same tube
+    assert {"put", "take", "bury", "kick", "delete", "release", "touch"} <= set(seen["events"])
+    # the portable engine's take: the 7 the sink put and its own one
+    assert seen["portable"] == ["portable", 7, 7]
     # the log store's second write of one commit file is refused, the first kept
     assert seen["log_store"] == [
         "written", "java.nio.file.FileAlreadyExistsException", '{"first":1}']
