@@ -75,6 +75,8 @@ class HadoopFiles:
         self.spark = spark
         self.jvm = jvm
         self._fs: dict[tuple[str, str], Any] = {}  # (scheme, authority): FileSystem
+        # (scheme, authority): the log store class that lists S3A from a key, or None
+        self._listers: dict[tuple[str, str], Any] = {}
 
     def _path(self, file: str) -> tuple[Any, Any]:
         path = self.jvm.org.apache.hadoop.fs.Path(file)
@@ -130,17 +132,27 @@ class HadoopFiles:
         listing (the log store's ``listAfter``); None when none was found or
         this is not S3A with sparkqueue's log store loaded (then probe)."""
         path, fs = self._path(delta_log(table, f"{version:020d}.json"))
-        if fs.getClass().getName() != S3A:
-            return None
-        lister = self.jvm
-        for part in LISTER.split("."):
-            lister = getattr(lister, part)
-        if not isinstance(lister, JavaClass):
+        lister = self._lister(table, fs)
+        if lister is None:
             return None
         entries = lister.listAfter(fs, fs.makeQualified(path))
         versions = [int(m.group(1)) for e in (entries or [])
                     if (m := COMMIT_FILE.match(str(e.getPath().getName())))]
         return max(versions, default=None)
+
+    def _lister(self, table: str, fs: Any) -> Any | None:
+        """The log store class whose ``listAfter`` lists ``fs`` (S3A's) from a key;
+        None for another file system or where it is not loaded. Found once per
+        file system (each look is a JVM round trip)."""
+        parts = urlparse(table)
+        key = (parts.scheme, parts.netloc)
+        if key not in self._listers:
+            lister = self.jvm
+            for part in LISTER.split("."):
+                lister = getattr(lister, part)
+            self._listers[key] = lister if (isinstance(lister, JavaClass)
+                                            and fs.getClass().getName() == S3A) else None
+        return self._listers[key]
 
     def folders(self, folder: str) -> list[str]:
         path, fs = self._path(folder)
