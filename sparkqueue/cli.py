@@ -54,11 +54,16 @@ def sweeper_parser(prog: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _config(args: argparse.Namespace) -> tuple[Config, str]:
+    """The conf (``--conf`` or the default one) and the root (``--root`` or conf's)."""
+    config = load_config(args.conf) if args.conf else load_config()
+    return config, args.root or config.root
+
+
 def _queue(args: argparse.Namespace, app: str, quiet: bool = False) -> Any:
     import sparkqueue
 
-    config = load_config(args.conf) if args.conf else load_config()
-    root = args.root or config.root
+    config, root = _config(args)
     with _quiet_start(quiet):
         spark = sparkqueue.session(app_name=app, root=root)
     return sparkqueue.connect(spark, root, config=config)
@@ -141,8 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "submit-args":
             from .session import submit_args
 
-            root = args.root or (load_config(args.conf) if args.conf else load_config()).root
-            print(shlex.join(submit_args(root)))
+            print(shlex.join(submit_args(_config(args)[1])))
             return 0
         queue = _queue(args, f"sparkqueue-{args.command}", quiet=True)
         if args.command == "tubes":
