@@ -11,14 +11,15 @@ Prints, in one run:
 - take(n) for n = 1, 1,000, 100,000 on an N-task tube, against a hand-written
   MERGE that flips the n lowest-id ready rows of a plain Delta table holding
   the same rows (each a median of --repeat runs, after a warm-up run), and the
-  same takes on a tube created with ``change_feed=False``;
+  same takes on a tube created with ``change_feed=True`` (a change feed kept
+  from creation; a tube keeps none until ``changes()`` is first called);
 - a drain of N tasks, take + ack in batches of 100,000, in tasks per second,
   and the same drain by a ``Consumer`` (each batch's acks committed together
   with the next take: one MERGE per batch), against hand-written drains of
   plain Delta tables holding the same rows: one MERGE per batch deleting the
   previous batch and flipping the next, with Delta's change data feed off and
-  on (a tube's tasks table has it on: ``Tube.changes`` reads it); the Consumer
-  drain also on a tube created with ``change_feed=False``.
+  on (what ``Tube.changes`` reads); the Consumer drain also on a tube created
+  with ``change_feed=True``, against the drain with the feed on.
 
 These three sections are in jobs/bench_verbs.py. With --scale it adds
 take(1,000) on a 10,000-task tube against the same on a --big-task tube
@@ -55,7 +56,7 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
   tubes after a warm-up round;
 - busy sub-queues: 10 sub-queues of 1,000, 10,000 and 150,000 tasks, drained
   in order with window 10,000 (against a fifottl drain of the same rows in
-  the same batches, and by a Consumer, also on a tube with ``change_feed=False``),
+  the same batches, and by a Consumer, also on a tube with ``change_feed=True``),
   and with window 1: the cost of one take while nine of
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
@@ -165,9 +166,9 @@ def bench_utube(spark: SparkSession, sq: sparkqueue.Queue, root: str,
         c = ingested(sq, f"c10k_{each}", "utube", rows, window=10_000)
         figures[f"utube_busy_{each}_consumer_w10000_s"] = timed(
             partial(consume_all, c, 100_000))
-        nf = ingested(sq, f"nf10k_{each}", "utube", rows, window=10_000, change_feed=False)
-        figures[f"utube_busy_{each}_consumer_w10000_no_feed_s"] = timed(
-            partial(consume_all, nf, 100_000))
+        cf = ingested(sq, f"cf10k_{each}", "utube", rows, window=10_000, change_feed=True)
+        figures[f"utube_busy_{each}_consumer_w10000_feed_s"] = timed(
+            partial(consume_all, cf, 100_000))
         figures[f"utube_busy_{each}_drain_ratio"] = (
             figures[f"utube_busy_{each}_drain_w10000_s"] / figures[f"fifo_{each}_drain_s"])
         figures[f"utube_busy_{each}_drain_tasks_per_s"] = (

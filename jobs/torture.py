@@ -139,7 +139,8 @@ def torture(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     spark = sparkqueue.session(app_name="torture", master="local[1]")
     sq = sparkqueue.connect(spark, f"{root}/queue", owner="drain")
-    tube = sq.create_tube(TUBE, "fifottl", ttr=TTR, if_not_exists=True)
+    tube = sq.create_tube(TUBE, "fifottl", ttr=TTR, if_not_exists=True,
+                          change_feed=True)  # its check reads the feed
     crew = Crew(f"{root}/queue", logs)
     for slot in ("producer", "consumer1", "consumer2"):
         crew.start(slot)

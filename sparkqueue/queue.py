@@ -156,7 +156,7 @@ class Queue:
                     if_not_exists: bool = False, ttl: float | None = None,
                     ttr: float | None = None, pri: int | None = None,
                     delay: float | None = None, capacity: int | None = None,
-                    on_task_change: Callback | None = None, change_feed: bool = True,
+                    on_task_change: Callback | None = None, change_feed: bool | None = None,
                     shards: int = 1, **driver_opts: Any) -> Tube:
         """Create a tube of ``type`` (fifo, fifottl, limfifottl, ... or a registered driver).
 
@@ -165,10 +165,12 @@ class Queue:
         raises :class:`InvalidOption`. Two processes racing on one name end
         with one tube and one :class:`TubeExists`.
 
-        ``change_feed=False`` (a sparkqueue extension): the tube keeps no Delta
-        change data feed, so :meth:`Tube.changes` is refused; every other verb
-        is the same, and takes and acks of big batches are faster (the feed
-        writes each changed row twice more).
+        ``change_feed`` (a sparkqueue extension): whether the tasks table keeps
+        Delta's change data feed, what :meth:`Tube.changes` streams. The feed
+        writes each row a commit changes twice more (before and after images),
+        so a tube keeps none until the first ``changes()`` call turns it on
+        (from then on); ``True`` keeps it from creation, ``False`` never
+        (``changes()`` is refused). Every other verb is the same.
 
         ``shards=N`` splits the tube into N shards, each a pair of tables of its
         own, so that consumers taking from different shards never conflict
@@ -199,9 +201,10 @@ class Queue:
             validate.count("capacity", capacity)
         if options.get("window") is not None:
             options["window"] = validate.batch("window", options["window"])
-        for flag, value in (("temporary", temporary), ("change_feed", change_feed)):
-            if not isinstance(value, bool):
-                raise InvalidOption(f"{flag} must be a bool, got {value!r}")
+        if not isinstance(temporary, bool):
+            raise InvalidOption(f"temporary must be a bool, got {temporary!r}")
+        if change_feed is not None and not isinstance(change_feed, bool):
+            raise InvalidOption(f"change_feed must be a bool or None, got {change_feed!r}")
         if on_task_change is not None and not callable(on_task_change):
             raise InvalidOption(f"on_task_change needs a callable, got {on_task_change!r}")
         shards = validate.integer("shards", shards, minimum=1, maximum=MAX_SHARDS)
@@ -212,7 +215,7 @@ class Queue:
         if shards > 1:  # absent: one, as for tubes made before the option
             options["shards"] = shards
         options["temporary"] = temporary
-        if not change_feed:  # absent: a feed, as for tubes made before the option
+        if change_feed is False:  # absent: changes() may turn a feed on
             options["change_feed"] = False
 
         # The tables first, then the registry row: a registered tube always had its
@@ -225,7 +228,7 @@ class Queue:
             self._layout.place(name, folder, shards)
             keys = [st.shard_key(name, k) for k in range(shards)]
             with ThreadPoolExecutor(max_workers=min(len(keys), 4)) as pool:  # shards at once
-                list(pool.map(lambda key: self._layout.create_tube_tables(key, change_feed),
+                list(pool.map(lambda key: self._layout.create_tube_tables(key, bool(change_feed)),
                               keys))
         if not self._register(name, type, options):
             if if_not_exists:

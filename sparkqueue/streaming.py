@@ -11,6 +11,7 @@ do this: its commit runs in a Python worker without a SparkSession.)
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -128,16 +129,30 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     (as ``insert``), then every change. Start it after the tube's first put:
     that put gives the table its payload column, a schema change that stops
     a running Delta stream.
+
+    A tube keeps a feed from its creation with ``change_feed=True``; else the
+    first call turns it on (one metadata commit), and the feed holds the
+    changes from then on: a ``starting_version`` before that is refused.
     """
     if starting_version is not None and (isinstance(starting_version, bool) or not isinstance(
             starting_version, int) or starting_version < 0):
         raise InvalidOption(f"starting_version must be a table version (int >= 0), "
                             f"got {starting_version!r}")
+    ctx = tube.context
+    ref = ctx.layout.tasks(ctx.key)
+    ctx.guarded(lambda: st.retrying(lambda: st.keep_feed(ctx.spark, ref),
+                                    deadline=time.monotonic() + 60,
+                                    what=f"turning on tube {tube.name!r}'s change feed"))
     options = {"readChangeFeed": "true"}
     if starting_version is not None:
+        first = ctx.guarded(lambda: st.feed_start(ctx.spark, ref))
+        if starting_version < first:
+            raise InvalidOption(
+                f"tube {tube.name!r} keeps its changes from version {first} on (its change "
+                f"feed was turned on then), not from starting_version {starting_version}; "
+                "create a tube with change_feed=True to keep them from its first put")
         options["startingVersion"] = str(starting_version)
-    ref = tube.context.layout.tasks(tube.context.key)
-    cdf = tube.context.guarded(lambda: st.read_stream(tube.context.spark, ref, options))
+    cdf = ctx.guarded(lambda: st.read_stream(ctx.spark, ref, options))
     deleted = F.col("_change_type") == "delete"
     return (cdf.where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")
             .select(

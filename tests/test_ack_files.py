@@ -37,7 +37,7 @@ def operations(t: Tube, after: int) -> list[tuple[str, str]]:
 def taken_whole(sq: Queue, n: int = 5, **options: Any) -> tuple[Tube, int]:
     """A tube whose ``n`` tasks are all taken by one take: the take rewrote the
     file holding them, so it now holds only them, all taken."""
-    t = sq.create_tube("acks", "fifottl", **options)
+    t = sq.create_tube("acks", "fifottl", **{"change_feed": True, **options})
     t.put([{"n": i} for i in range(n)])
     assert len(ids(t.take(n))) == n
     return t, t.context.layout.latest_version(t.context.layout.tasks("acks"))

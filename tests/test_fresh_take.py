@@ -27,7 +27,7 @@ from .test_ack_files import operations
 def primed(sq: Queue, name: str, type_name: str, **options: Any) -> Tube:
     """A tube that has seen one put, take and ack: its tasks table knows the payload
     and holds no task (a consumer that keeps up with its producers)."""
-    t = sq.create_tube(name, type_name, **options)
+    t = sq.create_tube(name, type_name, **{"change_feed": True, **options})
     sub_queue: dict[str, Any] = {"utube": "first"} if t.driver.uses_utube else {}
     t.put({"n": -1}, **sub_queue)
     t.ack(t.take(1))

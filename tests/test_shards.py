@@ -155,7 +155,7 @@ def test_a_sub_queue_lives_in_one_shard_and_keeps_its_order(sq: Queue,
 
 def test_consumer_sweeper_sink_and_drop_on_a_sharded_tube(
         sq: Queue, spark: SparkSession, clock: FakeClock, root: str, tmp_path: Path) -> None:
-    t = sq.create_tube("t", "fifottl", shards=2, ttr=10)
+    t = sq.create_tube("t", "fifottl", shards=2, ttr=10, change_feed=True)
     landing = tmp_path / "landing"
     landing.mkdir()
     for f in range(2):

@@ -132,7 +132,7 @@ def test_sweepers_beside_each_other_and_consumers_count_each_expiry_once(
 
 def test_compaction_rewrites_small_cold_files_only(
         sq: Queue, spark: SparkSession, clock: FakeClock) -> None:
-    t = sq.create_tube("t", "fifottl")
+    t = sq.create_tube("t", "fifottl", change_feed=True)
     for i in range(4):  # four ingests: four small files of buried tasks
         t.put([{"n": 2 * i}, {"n": 2 * i + 1}])
         t.bury([2 * i, 2 * i + 1])

@@ -21,7 +21,7 @@ from .test_ack_files import operations
 
 def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,
                                                                   spark: SparkSession) -> None:
-    t = sq.create_tube("range", "fifottl", ttr=30)
+    t = sq.create_tube("range", "fifottl", ttr=30, change_feed=True)
     t.put([{"n": i} for i in range(6)])
     t.take(1)  # ingests the puts; its one task is a range of one id
     t.release(0)

@@ -64,7 +64,7 @@ from .schema import (
     Cursor,
     parse_tag,
 )
-from .tables import delete, ingest_frame, sql_table
+from .tables import FEED, delete, ingest_frame, sql_table
 from .txn import Accelerator
 
 #: The engines a Layout can run: Delta's SQL and Spark's readers only, or those
@@ -148,7 +148,7 @@ class Layout(LogReader):
             _create_table(self.spark, self.stats, schema, {}, self.exists)
             self.latest_version(self.stats)
 
-    def create_tube_tables(self, tube: str, change_feed: bool = True) -> None:
+    def create_tube_tables(self, tube: str, change_feed: bool = False) -> None:
         """Create the inbox and tasks tables (idempotent); the cursor starts at version 0.
 
         ``change_feed``: the tasks table keeps Delta's change data feed (what
@@ -179,7 +179,7 @@ class Layout(LogReader):
                 # take/ack here (2.5 s against 1.2 s), so files are rewritten.
                 # No setTransactionRetentionDuration: ingests share one
                 # transaction id (see write_marker), so there is nothing to expire.
-                "delta.enableChangeDataFeed": str(change_feed).lower(),
+                FEED: str(change_feed).lower(),
                 "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
             },
             self.exists,

@@ -22,7 +22,11 @@ from pyspark.sql import DataFrame, Row, SparkSession
 
 from .schema import MARKER, Cursor
 
-__all__ = ["When", "ingest_frame", "is_path", "merge", "update", "delete", "vacuum", "sql_table"]
+__all__ = ["FEED", "When", "feed_start", "ingest_frame", "is_path", "keep_feed", "keeps_feed",
+           "merge", "update", "delete", "vacuum", "sql_table"]
+
+#: The table property that makes Delta keep a table's change data feed.
+FEED = "delta.enableChangeDataFeed"
 
 Values = Mapping[str, str]
 
@@ -105,6 +109,34 @@ def delete(spark: SparkSession, ref: str, condition: str) -> None:
 def vacuum(spark: SparkSession, ref: str, retention_hours: float) -> None:
     """VACUUM the table ``ref`` (files unreferenced for ``retention_hours``)."""
     spark.sql(f"VACUUM {sql_table(ref)} RETAIN {float(retention_hours)} HOURS")
+
+
+def keeps_feed(spark: SparkSession, ref: str) -> bool:
+    """Whether the table ``ref`` keeps Delta's change data feed now."""
+    props = spark.sql(f"SHOW TBLPROPERTIES {sql_table(ref)}")
+    return any(str(r[1]).lower() == "true" for r in props.where(f"key = '{FEED}'").collect())
+
+
+def keep_feed(spark: SparkSession, ref: str) -> bool:
+    """Make the table ``ref`` keep its change data feed from its next commit on
+    (one metadata commit; nothing is rewritten); False when it already kept one.
+    A commit racing it conflicts and is retried by whoever made it."""
+    if keeps_feed(spark, ref):
+        return False
+    spark.sql(f"ALTER TABLE {sql_table(ref)} SET TBLPROPERTIES ('{FEED}' = 'true')")
+    return True
+
+
+def feed_start(spark: SparkSession, ref: str) -> int:
+    """The first version of the table ``ref`` (which keeps a change data feed)
+    whose changes the feed holds: the newest commit that turned it on, else the
+    oldest version its history still holds (it was on from the table's creation)."""
+    turned_on = (f"operation = 'SET TBLPROPERTIES' AND lower(operationParameters['properties']) "
+                 f"LIKE '%\"{FEED.lower()}\":\"true\"%'")
+    row = spark.sql(f"DESCRIBE HISTORY {sql_table(ref)}").selectExpr(
+        f"max(CASE WHEN {turned_on} THEN version END)", "min(version)").first()
+    assert row is not None  # an aggregate has one row
+    return int(row[0] if row[0] is not None else row[1])
 
 
 def ingest_frame(rows: DataFrame, cursor: Cursor) -> DataFrame:

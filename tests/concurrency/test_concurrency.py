@@ -235,7 +235,7 @@ def put_sub_queues(tube: Tube, queues: int, each: int) -> dict[str, list[int]]:
 
 def test_threads_never_hold_one_sub_queue_twice_and_keep_its_order(
         sq: Queue, spark: SparkSession) -> None:
-    tube = sq.create_tube("u", "utube")
+    tube = sq.create_tube("u", "utube", change_feed=True)
     expected = put_sub_queues(tube, queues=3, each=2)
     done = in_threads(3, lambda name, got: take_and_ack(tube, 2, name, got))
     everything = sorted(i for got in done.values() for i in got)
@@ -248,7 +248,7 @@ def test_threads_never_hold_one_sub_queue_twice_and_keep_its_order(
 @pytest.mark.slow
 def test_two_spark_applications_never_hold_one_sub_queue_twice(
         sq: Queue, spark: SparkSession, root: str, tmp_path: Path, other_app: OtherApp) -> None:
-    tube = sq.create_tube("v", "utubettl")
+    tube = sq.create_tube("v", "utubettl", change_feed=True)
     expected = put_sub_queues(tube, queues=3, each=3)
     out = tmp_path / "other.txt"
     other_app.start(root, "v", 2, out, "--ack")

@@ -35,7 +35,7 @@ def test_a_sink_over_connect_puts_every_row_once_and_resumes(
 
 def test_changes_and_a_consumer_over_connect(sq: Queue, spark: SparkSession,
                                              clock: FakeClock) -> None:
-    t = sq.create_tube("q", "fifottl")
+    t = sq.create_tube("q", "fifottl", change_feed=True)
     t.put([{"n": i} for i in range(6)])
     done: list[int] = []
 

@@ -48,7 +48,7 @@ def verbs(root: str) -> dict[str, Any]:
     sq = sparkqueue.connect(spark, root, owner="s3", clock=clock)
     seen.update(engine=sq.engine, root=sq.root, bucket=bucket)
     root = sq.root  # as Hadoop reads it (s3a://)
-    t = sq.create_tube("jobs", "fifottl", ttr=30)
+    t = sq.create_tube("jobs", "fifottl", ttr=30, change_feed=True)
     t.put([{"n": i} for i in range(6)])
     taken = t.take(3)
     seen["first_take"] = sorted(r["task_id"] for r in taken.collect())

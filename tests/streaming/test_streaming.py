@@ -96,7 +96,7 @@ def test_sink_with_a_processing_time_trigger_resumes_from_its_checkpoint(
 
 
 def test_change_feed_reports_each_transition(sq: Queue, spark: SparkSession) -> None:
-    t = sq.create_tube("t", "fifottl")
+    t = sq.create_tube("t", "fifottl", change_feed=True)
     t.put([{"n": 0}, {"n": 1}, {"n": 2}])
     assert ids(t.take(2)) == [0, 1]
     t.ack(0)
@@ -115,9 +115,40 @@ def test_change_feed_reports_each_transition(sq: Queue, spark: SparkSession) -> 
         t.changes(starting_version=-1)
 
 
+def feed_property(spark: SparkSession, t: sparkqueue.Tube) -> str | None:
+    """The tasks table's ``delta.enableChangeDataFeed`` property, as DESCRIBE DETAIL gives it."""
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{t.context.layout.tasks(t.name)}`").first()
+    assert detail is not None
+    value = detail["properties"].get("delta.enableChangeDataFeed")
+    return None if value is None else str(value)
+
+
+def test_a_tube_keeps_no_feed_until_changes_turns_it_on_from_then(
+        sq: Queue, spark: SparkSession) -> None:
+    t = sq.create_tube("t", "fifottl")
+    t.put([{"n": 0}, {"n": 1}, {"n": 2}])
+    assert ids(t.take(2)) == [0, 1]
+    assert feed_property(spark, t) == "false", "no feed written for the put and the take"
+    stream = t.changes()  # turns the feed on: one commit, no data changed
+    assert stream.isStreaming and feed_property(spark, t) == "true"
+    on = t.context.layout.latest_version(t.context.layout.tasks("t"))
+    with pytest.raises(InvalidOption, match=f"from version {on} on"):
+        t.changes(starting_version=on - 1)
+    t.ack(0)
+    t.bury(1)
+    assert t.changes() is not None, "a second call changes nothing"
+    assert t.context.layout.latest_version(t.context.layout.tasks("t")) == on + 2
+    query = (t.changes(starting_version=on).writeStream.format("memory")
+             .queryName("changes_from_on").trigger(availableNow=True).start())
+    query.awaitTermination()
+    got = spark.table("changes_from_on").select("task_id", "status", "event")
+    expected = spark.createDataFrame([(0, "done", "delete"), (1, "buried", "bury")], got.schema)
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
 def test_a_tube_without_change_feed_keeps_none_and_refuses_changes(
         sq: Queue, spark: SparkSession) -> None:
-    with pytest.raises(InvalidOption, match="change_feed must be a bool"):
+    with pytest.raises(InvalidOption, match="change_feed must be a bool or None"):
         sq.create_tube("t", change_feed="no")  # type: ignore[arg-type]
     assert sq.tubes() == []
     t = sq.create_tube("t", "fifottl", change_feed=False)
@@ -125,9 +156,7 @@ def test_a_tube_without_change_feed_keeps_none_and_refuses_changes(
     assert ids(t.take(2)) == [0, 1]
     done = t.ack(0).select("task_id", "status", "data.n")
     assert_df_equality(done, spark.createDataFrame([(0, "done", 0)], done.schema))
-    properties = spark.sql(f"DESCRIBE DETAIL delta.`{t.context.layout.tasks('t')}`").first()
-    assert properties is not None
-    assert properties["properties"].get("delta.enableChangeDataFeed") == "false"
+    assert feed_property(spark, t) == "false"
     for tube in (t, sparkqueue.connect(spark, sq.root).tube("t")):  # kept in the registry
         with pytest.raises(NotSupported, match="change_feed=False"):
             tube.changes()
