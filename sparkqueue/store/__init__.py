@@ -70,7 +70,7 @@ from .sql import (
     sql_num,
     without_ids,
 )
-from .tables import When, delete, feed_start, is_path, keep_feed, keeps_feed, merge, update, vacuum
+from .tables import When, delete, feed_start, is_path, keep_feed, merge, update, vacuum
 
 __all__ = [
     "append", "is_path", "read", "read_stream",
@@ -81,7 +81,7 @@ __all__ = [
     "conflicts_retried",
     "effective_status", "feed_start", "file_entry", "first_line", "guard_failure", "head_bound",
     "id_frame", "id_runs", "inbox_schema", "is_conflict", "is_missing_table", "keep_feed",
-    "keeps_feed", "may_hold", "may_hold_ready",
+    "may_hold", "may_hold_ready",
     "merge", "missing_table_error", "next_event", "parse_tag", "raise_guard", "raise_missing",
     "ready_head", "ready_when", "retrying", "shard_key", "sql_literal", "sql_num", "stats_of",
     "typed_guard_error", "update", "vacuum", "whole_files", "without_ids",

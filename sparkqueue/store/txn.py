@@ -29,7 +29,7 @@ from .schema import (
     CommitTag,
     Cursor,
 )
-from .tables import ingest_frame
+from .tables import FEED, ingest_frame
 
 
 class Accelerator:
@@ -80,7 +80,7 @@ class Accelerator:
         actions = jvm.java.util.ArrayList()
         actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
                                           "lastUpdated": int(time.time() * 1000)}}))
-        feed = txn.metadata().configuration().get("delta.enableChangeDataFeed")
+        feed = txn.metadata().configuration().get(FEED)
         keeps_feed = feed.isDefined() and str(feed.get()).lower() == "true"
         frame = ingest_frame(rows, cursor)
         if changes is not None and keeps_feed:
