@@ -11,7 +11,6 @@ do this: its commit runs in a Python worker without a SparkSession.)
 from __future__ import annotations
 
 import json
-import time
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -141,7 +140,7 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     ctx = tube.context
     ref = ctx.layout.tasks(ctx.key)
     ctx.guarded(lambda: st.retrying(lambda: st.keep_feed(ctx.spark, ref),
-                                    deadline=time.monotonic() + 60,
+                                    deadline=ctx.deadline(),
                                     what=f"turning on tube {tube.name!r}'s change feed"))
     options = {"readChangeFeed": "true"}
     if starting_version is not None:

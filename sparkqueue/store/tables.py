@@ -117,14 +117,12 @@ def keeps_feed(spark: SparkSession, ref: str) -> bool:
     return any(str(r[1]).lower() == "true" for r in props.where(f"key = '{FEED}'").collect())
 
 
-def keep_feed(spark: SparkSession, ref: str) -> bool:
+def keep_feed(spark: SparkSession, ref: str) -> None:
     """Make the table ``ref`` keep its change data feed from its next commit on
-    (one metadata commit; nothing is rewritten); False when it already kept one.
+    (one metadata commit; nothing is rewritten), unless it keeps one already.
     A commit racing it conflicts and is retried by whoever made it."""
-    if keeps_feed(spark, ref):
-        return False
-    spark.sql(f"ALTER TABLE {sql_table(ref)} SET TBLPROPERTIES ('{FEED}' = 'true')")
-    return True
+    if not keeps_feed(spark, ref):
+        spark.sql(f"ALTER TABLE {sql_table(ref)} SET TBLPROPERTIES ('{FEED}' = 'true')")
 
 
 def feed_start(spark: SparkSession, ref: str) -> int:
