@@ -1,6 +1,9 @@
 """Takes whose chosen tasks are consecutive ids run as one UPDATE of that id range
 (no MERGE join), with the same result as the MERGE: the tasks leased to the
 taker, counted as takes, never leased twice when a concurrent take got there first.
+
+The accelerator's take of whole head files (``take.take_files``, its own tests
+in test_take_files.py) would go first; these tests turn it off.
 """
 
 from __future__ import annotations
@@ -17,6 +20,12 @@ from sparkqueue.engine.ingest import ingest
 
 from .conftest import ids
 from .test_ack_files import operations
+
+
+@pytest.fixture(autouse=True)
+def by_update(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Takes go the UPDATE or MERGE way, not the accelerator's file rewrite."""
+    monkeypatch.setattr(taking, "take_files", lambda *args, **kwargs: None)
 
 
 def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,

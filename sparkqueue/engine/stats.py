@@ -21,10 +21,13 @@ CALL_NAME = {"release_all": "release", "dig": "kick"}
 #: How a commit's rows count, for commits that are not one verb's MERGE (its rows
 #: updated and deleted) or DELETE (an ack that removed whole files, its rows deleted):
 #: a put counts the rows it wrote; a take that also acked a consumer's previous
-#: batch counts its updates as takes and its deletes as acks.
-CALL_METRICS = {
+#: batch counts its updates as takes and its deletes as acks; a take that replaced
+#: whole files (``engine.take.take_files``) counts what its tag says.
+CALL_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
     "put": {"put": ("numOutputRows",)},
-    "take+ack": {"take": ("numTargetRowsUpdated",), "ack": ("numTargetRowsDeleted",)},
+    "take": {"take": ("numTargetRowsUpdated", "numUpdatedRows", "take")},
+    "take+ack": {"take": ("numTargetRowsUpdated", "take"),
+                 "ack": ("numTargetRowsDeleted", "ack")},
     "ingest+take": {"take": ("take",)},  # from its tag: an append has no rows-updated metric
 }
 

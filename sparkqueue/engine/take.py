@@ -10,11 +10,12 @@ from typing import Any
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.window import Window
 
 from .. import store as st
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .ingest import empty, live_tasks, pending_rows
+from .ingest import empty, ingest, live_tasks, pending_rows
 from .ops import COLLECT_UPTO, Chosen, Op, action_set, apply, pick, sql_context
 
 
@@ -79,6 +80,9 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         fresh = take_fresh(ctx, take, n, win, who)
         if fresh is not None:
             return fresh
+    leased = take_files(ctx, take, n, who, acking, wait)
+    if leased is not None:
+        return leased
     done = apply(ctx,
                  take, None, owner=who, chooser=chooser,
                  deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
@@ -191,6 +195,85 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         *st.PUBLIC_COLUMNS)
     ctx.emit(result, "take")
     return result
+
+
+def take_files(ctx: TubeContext, take: Op, n: int, who: str, acking: list[int] | None,
+               wait: float) -> DataFrame | None:
+    """The take's tasks when file statistics show which files hold them: those
+    files are rewritten in one commit, the leased tasks into files of their
+    own, the others into others; ``acking``, when those are whole files
+    (:func:`store.whole_files`), are removed by the same commit.
+
+    With a driver that looks only at ready tasks (``head_only``) and the
+    accelerator, on a table that keeps no change feed. An UPDATE would
+    write each leased task into a file with the ready ones it shared a
+    file with, so its ack would read and rewrite them all again; here the
+    ack removes the leased files whole, reading no data. The choice is
+    made where the files are written (the ``n`` lowest of their rows, by
+    :func:`store.head_files` the ``n`` lowest ready of the table), so a
+    take of fewer tasks than a file holds runs no Spark job but the write.
+    None when it does not apply: the take then goes the usual way.
+
+    The commit removes the files it read, so a concurrent commit that
+    changed any of their rows (removed them) makes it conflict, and it is
+    tried again on the newer files.
+    """
+    layout = ctx.layout
+    accelerator = layout.accelerator
+    if not ctx.driver.head_only or accelerator is None:
+        return None
+    path = layout.tasks(ctx.key)
+
+    def attempt() -> DataFrame | None:
+        ingest(ctx)  # in the retried attempt: it may conflict with another's ingest
+        txn = accelerator.start_transaction(path)
+        if accelerator.keeps_feed(txn):
+            return None  # the feed's rows are Delta's to write
+        now = ctx.now()
+        files = layout.files_at(path, int(txn.snapshot().version()))
+        head = None if files is None else st.head_files(files, now, n)
+        acked = st.whole_files(files, acking, who, now, ctx.shards) if acking and files else []
+        if files is None or head is None or acked is None:
+            return None
+        names, rows, lo, hi = head
+        extra = {"take": min(n, rows), **({"ack": len(acking)} if acking else {})}
+        tag = CommitTag.new("take+ack" if acking else "take", **extra)
+        with layout.tagged(tag) as sess:
+            version = accelerator.replace_files(
+                txn, files, names + acked,
+                leasing(layout.read_task_files(path, names, sess), take, tag, n, rows, who, now),
+                tag)
+        if acking:
+            ctx.emit(layout.changed_at(ctx.key, version, tag.token, acking[0], acking[-1],
+                                       updates=False,
+                                       removable=st.id_frame(ctx.spark, acking, ctx.shards))
+                     .select(*st.PUBLIC_COLUMNS), "ack")
+        result = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
+            *st.PUBLIC_COLUMNS)
+        ctx.emit(result, "take")
+        return result
+
+    return ctx.guarded(lambda: st.retrying(
+        attempt, deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
+        what=f"take on {ctx.name!r}"))
+
+
+def leasing(rows: DataFrame, take: Op, tag: CommitTag, n: int, count: int, who: str,
+            now: float) -> DataFrame:
+    """``rows`` (``count`` ready tasks) with the ``n`` lowest ``(pri, order_key,
+    task_id)`` leased to ``who``: those first, in partitions of their own (a
+    union), then the others as they were."""
+    sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
+                         token=st.sql_literal(uuid.uuid4().hex, "string"))
+    action = action_set(take, tag, sqlctx)
+    if count > n:
+        rank = F.row_number().over(Window.orderBy("pri", "order_key", "task_id"))
+        rows = rows.withColumn("arg_take", rank <= n)
+    chosen = rows.where("arg_take") if count > n else rows
+    leased = chosen.alias("t").selectExpr(*[
+        f"{action[c]} AS {c}" if c in action else c for c in st.TASK_TABLE_COLUMNS])
+    return leased if count <= n else leased.unionByName(
+        rows.where("NOT arg_take").select(*st.TASK_TABLE_COLUMNS))
 
 
 def overlaps(ids: tuple[int, int], acking: list[int] | None) -> bool:

@@ -139,6 +139,46 @@ def ready_head(files: Iterable[dict[str, Any]], now: float, n: int,
     return lo, hi
 
 
+def head_files(files: dict[str, dict[str, Any]], now: float, n: int,
+               ) -> tuple[list[str], int, int, int] | None:
+    """The data files that hold the ``n`` lowest ``(pri, order_key, task_id)`` tasks
+    ready at ``now``, when file statistics alone show it: their names, how many
+    rows they hold (all ready; at least ``n`` unless no other file may hold a
+    ready task) and the least and greatest task id in them. None otherwise.
+
+    Unlike :func:`ready_head`, the last file may hold more than the ones
+    wanted: the choice among its rows is then the take's to make, in the
+    job that writes it. They show it when these files hold every row
+    stored ``ready`` with ttl running (so ready at ``now``), and every
+    other file that may hold a ready task (:func:`may_hold_ready`) has its
+    least ``(pri, order_key, task_id)`` above the greatest of theirs
+    (column by column: every row of it then comes after every row of
+    theirs).
+    """
+    keys = ("rows", "min_task_id", "max_task_id", "min_pri", "max_pri", "min_order_key",
+            "max_order_key", "min_ttl_end")
+    ready = [(name, f) for name, f in files.items() if may_hold_ready(f, now)]
+    if not ready or any(f[k] is None for _, f in ready for k in keys):
+        return None
+    ready.sort(key=lambda nf: (nf[1]["min_pri"], nf[1]["min_order_key"], nf[1]["min_task_id"]))
+    chosen, rows = [], 0
+    for _, f in ready:
+        if rows >= n:
+            break
+        if not (f["rows"] and f["min_status"] == "ready" == f["max_status"]
+                and f["status_nulls"] == 0 and f["min_ttl_end"] > now):
+            return None
+        chosen.append(f)
+        rows += f["rows"]
+    top = (max(f["max_pri"] for f in chosen), max(f["max_order_key"] for f in chosen),
+           max(f["max_task_id"] for f in chosen))
+    if any((f["min_pri"], f["min_order_key"], f["min_task_id"]) <= top
+           for _, f in ready[len(chosen):]):
+        return None
+    return ([name for name, _ in ready[:len(chosen)]], rows,
+            min(f["min_task_id"] for f in chosen), top[2])
+
+
 def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
                 now: float, step: int = 1) -> list[str] | None:
     """The data files whose rows are exactly the tasks ``ids``, all taken by

@@ -55,6 +55,12 @@ class Accelerator:
         return txn
 
     @staticmethod
+    def keeps_feed(txn: Any) -> bool:
+        """Whether the table of ``txn``'s snapshot keeps a change data feed."""
+        feed = txn.metadata().configuration().get(FEED)
+        return bool(feed.isDefined() and str(feed.get()).lower() == "true")
+
+    @staticmethod
     def fits(txn: Any, frame: DataFrame) -> bool:
         """Whether ``frame`` has the columns of ``txn``'s table, by name and type (an
         append in ``txn`` cannot evolve the schema as ``mergeSchema`` does)."""
@@ -80,10 +86,8 @@ class Accelerator:
         actions = jvm.java.util.ArrayList()
         actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
                                           "lastUpdated": int(time.time() * 1000)}}))
-        feed = txn.metadata().configuration().get(FEED)
-        keeps_feed = feed.isDefined() and str(feed.get()).lower() == "true"
         frame = ingest_frame(rows, cursor)
-        if changes is not None and keeps_feed:
+        if changes is not None and self.keeps_feed(txn):
             # one write: Delta sends the rows with a change type to the change feed's files
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
                 changes, allowMissingColumns=True)
@@ -143,7 +147,8 @@ class Accelerator:
         return txn
 
     def _commit_actions(self, txn: Any, actions: Any, tag: CommitTag | None = None,
-                        deleted_rows: int | None = None, appended: bool = False) -> int:
+                        deleted_rows: int | None = None, appended: bool = False,
+                        updated: bool = False) -> int:
         """Commit Delta ``actions`` in ``txn``; ``tag``: its userMetadata. The version
         committed.
 
@@ -153,7 +158,8 @@ class Accelerator:
         derives a DELETE's checksum file from the previous one, where after
         a manual update it rebuilds the table's whole state (four Spark jobs
         here, about a second). ``appended``: the actions add files; the commit
-        is then an append (a WRITE), for the same reason.
+        is then an append (a WRITE), for the same reason. ``updated``: the
+        actions replace files; the commit is then an UPDATE (no predicate).
         """
         jvm = self.jvm
         ops = "org.apache.spark.sql.delta.DeltaOperations"
@@ -162,6 +168,9 @@ class Accelerator:
             write = getattr(getattr(jvm, f"{ops}$Write$"), "MODULE$")
             operation = write.apply(jvm.org.apache.spark.sql.SaveMode.Append,
                                     *[getattr(write, f"apply$default${i}")() for i in range(2, 10)])
+        elif updated:
+            operation = getattr(getattr(jvm, f"{ops}$Update$"), "MODULE$").apply(
+                jvm.scala.Option.empty())
         elif deleted_rows is None:
             operation = getattr(getattr(jvm, f"{ops}$ManualUpdate$"), "MODULE$")
         else:
@@ -233,16 +242,42 @@ class Accelerator:
         names = choose(files) if files else None
         if not files or not names:
             return None
-        jvm = self.jvm
-        now = int(time.time() * 1000)
-        actions = jvm.java.util.ArrayList()
+        actions = self.jvm.java.util.ArrayList()
         for name in names:
-            actions.add(self._action({"remove": {
-                "path": name, "deletionTimestamp": now, "dataChange": True,
-                "extendedFileMetadata": True, "partitionValues": {},
-                "size": files[name]["size"]}}))
+            actions.add(self._removal(name, files[name]))
         rows = sum(int(files[name]["rows"] or 0) for name in names)
         return self._commit_actions(txn, actions, tag, deleted_rows=rows)
+
+    def replace_files(self, txn: Any, files: dict[str, dict[str, Any]], removed: list[str],
+                      rows: DataFrame, tag: CommitTag) -> int:
+        """Commit in ``txn`` the data files ``removed`` (their statistics in ``files``,
+        as :meth:`files_at` gives them) gone and ``rows`` written in their
+        place; the version committed.
+
+        Each of ``rows``' partitions is written to files of its own, so rows
+        the caller keeps in separate partitions (a union keeps its inputs'
+        partitions, once Spark is told not to merge the partitions of inputs
+        partitioned alike) never share a file. The commit is an UPDATE, which Delta
+        checks as it checks one: a concurrent commit that removed one of
+        these files (changed a row of it) makes this one conflict, and a
+        concurrent append does not.
+        """
+        conf = rows.sparkSession.conf
+        conf.set("spark.sql.files.maxRecordsPerFile", str(schema.TASK_FILE_ROWS))
+        conf.set("spark.sql.unionOutputPartitioning", "false")
+        actions = self.jvm.java.util.ArrayList()
+        written = txn.writeFiles(rows._jdf).iterator()
+        while written.hasNext():
+            actions.add(written.next())
+        for name in removed:
+            actions.add(self._removal(name, files[name]))
+        return self._commit_actions(txn, actions, tag, updated=True)
+
+    def _removal(self, name: str, file: dict[str, Any]) -> Any:
+        """The ``remove`` action of the data file ``name`` (``file``: its statistics)."""
+        return self._action({"remove": {
+            "path": name, "deletionTimestamp": int(time.time() * 1000), "dataChange": True,
+            "extendedFileMetadata": True, "partitionValues": {}, "size": file["size"]}})
 
     def load_file_stats(self, path: str,
                         ) -> tuple[int, dict[str, dict[str, Any]]] | None:

@@ -6,7 +6,15 @@ import json
 import math
 from typing import Any
 
-from sparkqueue.store import head_bound, may_hold, may_hold_ready, ready_head, stats_of, whole_files
+from sparkqueue.store import (
+    head_bound,
+    head_files,
+    may_hold,
+    may_hold_ready,
+    ready_head,
+    stats_of,
+    whole_files,
+)
 from sparkqueue.store.sql import id_runs
 
 NOW = 1000.0
@@ -52,6 +60,24 @@ def test_ready_head_is_a_run_of_whole_ready_files_ahead_of_every_other() -> None
     assert ready_head([file(0, 9), file(10, 19, pri=-1)], NOW, 10) is None  # more urgent after
     assert ready_head([file(0, 9), file(12, 19)], NOW, 20) is None  # ids do not run on
     assert ready_head([file(0, 9, "buried"), file(10, 19)], NOW, 10) == (10, 19)
+
+
+def test_head_files_hold_the_n_lowest_ready_tasks_when_every_other_file_comes_after() -> None:
+    files = {"a": file(0, 9), "b": file(10, 19), "c": file(20, 29, "taken", lease=NOW + 5)}
+    assert head_files(files, NOW, 1) == (["a"], 10, 0, 9)  # part of a file: the take chooses
+    assert head_files(files, NOW, 15) == (["a", "b"], 20, 0, 19)
+    assert head_files(files, NOW, 100) == (["a", "b"], 20, 0, 19)  # all there is
+    # a file that may hold a ready task not after all of theirs: choose by reading
+    assert head_files(files | {"d": file(5, 5, "taken", lease=NOW - 1)}, NOW, 1) is None
+    assert head_files(files | {"d": file(30, 30, pri=-1)}, NOW, 1) == (["d"], 1, 30, 30)  # urgent
+    assert head_files(files | {"d": file(30, 30, pri=-1)}, NOW, 2) is None  # a's lowest maybe
+    # a requeued task keeps its id and moves back by its order key
+    assert head_files({"a": file(0, 9) | {"max_order_key": 40}, "b": file(10, 19)}, NOW, 1) is None
+    assert head_files({"a": file(0, 9, ttl_end=NOW - 1)}, NOW, 1) is None  # ttl passed
+    assert head_files({"a": file(0, 9, top="taken")}, NOW, 1) is None  # not all ready
+    assert head_files({"a": file(0, 9, "buried"), "b": file(10, 19)}, NOW, 3) == (
+        ["b"], 10, 10, 19)
+    assert head_files({"c": files["c"]}, NOW, 1) is None  # nothing ready
 
 
 def test_whole_files_are_exactly_the_acked_ids_taken_by_the_acker() -> None:

@@ -1,0 +1,137 @@
+"""The accelerator's take of the head files: when file statistics show which data
+files hold the lowest ready tasks, one commit rewrites them, the leased tasks
+into files of their own (which their ack then removes whole, reading no data)
+and the others as they were. Same answers as the UPDATE or MERGE: the lowest
+tasks by priority and order, counted as takes, never leased twice.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sparkqueue import Queue, QueueError, Tube, store
+from sparkqueue.engine import take as taking
+from sparkqueue.engine.ingest import ingest
+
+from .conftest import ids
+from .test_ack_files import operations
+
+
+@pytest.fixture(autouse=True)
+def with_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """File statistics even for a table of a few files."""
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)
+
+
+def ingested(sq: Queue, name: str, rows: list[dict[str, Any]], **options: Any) -> Tube:
+    """A fifottl tube with ``rows`` put and ingested (so its first take is not an
+    ingest's), and its file statistics read once."""
+    t = sq.create_tube(name, "fifottl", **options)
+    t.put(rows)
+    ingest(t.context)
+    layout = t.context.layout
+    layout.file_stats(layout.tasks(name))
+    return t
+
+
+def files_of(t: Tube) -> list[tuple[str, str, int, int]]:
+    """The tasks table's data files: (min and max status, min and max task id)."""
+    layout = t.context.layout
+    path = layout.tasks(t.name)
+    files = layout.files_at(path, layout.latest_version(path)) or {}
+    return sorted((f["min_status"], f["max_status"], f["min_task_id"], f["max_task_id"])
+                  for f in files.values() if f["min_task_id"] >= 0)
+
+
+def test_leased_tasks_get_files_of_their_own_which_their_ack_removes_whole(
+        sq: Queue) -> None:
+    t = ingested(sq, "own", [{"n": i} for i in range(10)])
+    path = t.context.layout.tasks("own")
+    before = t.context.layout.latest_version(path)
+    batch = t.take(3)
+    assert sorted((r["task_id"], r["status"], r["data"]["n"]) for r in batch.collect()) == [
+        (0, "taken", 0), (1, "taken", 1), (2, "taken", 2)]
+    assert operations(t, before) == [("UPDATE", "take")]
+    assert files_of(t) == [("ready", "ready", 3, 9), ("taken", "taken", 0, 2)]
+    assert t.meta(1)["owner"] == "consumer-a"
+
+    before = t.context.layout.latest_version(path)
+    assert ids(t.ack(batch)) == [0, 1, 2]
+    assert operations(t, before) == [("DELETE", "ack")]
+    assert ids(t.take(1)) == [3]
+    stats = t.statistics()
+    assert stats["calls"]["take"] == 4 and stats["calls"]["ack"] == 3
+    assert stats["tasks"]["ready"] == 6 and stats["tasks"]["taken"] == 1
+
+
+def test_the_take_chooses_by_priority_then_order_among_the_files_rows(sq: Queue) -> None:
+    t = sq.create_tube("pri", "fifottl")
+    for pri in [3, 1, 2, 0, 5]:
+        t.put({"n": pri}, pri=pri)
+    ingest(t.context)  # one file of all five, priorities mixed
+    t.context.layout.file_stats(t.context.layout.tasks("pri"))
+    assert [r["data"]["n"] for r in t.take(2).orderBy("pri").collect()] == [0, 1]
+    assert [r["data"]["n"] for r in t.take(1).collect()] == [2]
+
+
+def test_a_requeued_task_is_taken_after_the_tasks_ahead_of_it(sq: Queue) -> None:
+    t = ingested(sq, "requeue", [{"n": i} for i in range(3)])
+    t.requeue(t.take(1))  # task 0 moves to the end
+    assert ids(t.take(1)) == [1]
+    assert ids(t.take(1)) == [2]
+    assert ids(t.take(1)) == [0]
+
+
+def test_a_take_whose_files_a_concurrent_take_changed_tries_again_and_leases_none_twice(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = ingested(sq, "race", [{"n": i} for i in range(5)])
+    accelerator = t.context.layout.accelerator
+    assert accelerator is not None
+    original = accelerator.replace_files
+    stolen: list[list[int]] = []
+
+    def replace_files(*args: Any, **kwargs: Any) -> int:
+        if not stolen:  # the other consumer's own take goes straight through
+            stolen.append([])
+            stolen[0] = ids(t.take(1, owner="consumer-b"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(accelerator, "replace_files", replace_files)
+    assert ids(t.take(2)) == [1, 2], "tried again on the newer files"
+    assert stolen == [[0]]
+    assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
+    assert t.statistics()["calls"]["take"] == 3
+
+
+def test_a_consumers_take_removes_its_previous_batch_in_the_same_commit(sq: Queue) -> None:
+    t = ingested(sq, "riding", [{"n": i} for i in range(6)])
+    who = t.context.who(None)
+    assert ids(t.take(3)) == [0, 1, 2]
+    path = t.context.layout.tasks("riding")
+    before = t.context.layout.latest_version(path)
+    assert ids(taking.take(t.context, 3, 0.0, who, 1, acking=[0, 1, 2])) == [3, 4, 5]
+    assert operations(t, before) == [("UPDATE", "take+ack")]
+    assert t.peek([0, 1, 2]).count() == 0, "acked in the same commit"
+    stats = t.statistics()
+    assert stats["calls"]["take"] == 6 and stats["calls"]["ack"] == 3
+
+    t.put([{"n": 6}, {"n": 7}])
+    ingest(t.context)
+    with pytest.raises(QueueError, match="6"):  # not a file of the acker's: the MERGE says
+        taking.take(t.context, 2, 0.0, who, 1, acking=[6])
+    assert t.meta(6)["status"] == "ready" and t.meta(7)["status"] == "ready"
+
+
+def test_a_tube_that_keeps_a_change_feed_takes_by_update(sq: Queue,
+                                                         spark: SparkSession) -> None:
+    t = ingested(sq, "feed", [{"n": i} for i in range(4)], change_feed=True)
+    path = t.context.layout.tasks("feed")
+    before = t.context.layout.latest_version(path)
+    assert ids(t.take(1)) == [0]
+    feed = (spark.read.format("delta").option("readChangeFeed", "true")
+            .option("startingVersion", before + 1).load(path)
+            .where("_change_type = 'update_postimage'"))
+    assert [(r["task_id"], r["status"]) for r in feed.collect()] == [(0, "taken")]
