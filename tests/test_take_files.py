@@ -85,7 +85,7 @@ def test_a_requeued_task_is_taken_after_the_tasks_ahead_of_it(sq: Queue) -> None
     assert ids(t.take(1)) == [0]
 
 
-def test_a_take_whose_files_a_concurrent_take_changed_tries_again_and_leases_none_twice(
+def test_a_take_whose_files_a_concurrent_take_changed_goes_the_usual_way_leasing_none_twice(
         sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     t = ingested(sq, "race", [{"n": i} for i in range(5)])
     accelerator = t.context.layout.accelerator
@@ -100,7 +100,7 @@ def test_a_take_whose_files_a_concurrent_take_changed_tries_again_and_leases_non
         return original(*args, **kwargs)
 
     monkeypatch.setattr(accelerator, "replace_files", replace_files)
-    assert ids(t.take(2)) == [1, 2], "tried again on the newer files"
+    assert ids(t.take(2)) == [1, 2], "after the conflict, the usual way"
     assert stolen == [[0]]
     assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
     assert t.statistics()["calls"]["take"] == 3
@@ -135,3 +135,17 @@ def test_a_tube_that_keeps_a_change_feed_takes_by_update(sq: Queue,
             .option("startingVersion", before + 1).load(path)
             .where("_change_type = 'update_postimage'"))
     assert [(r["task_id"], r["status"]) for r in feed.collect()] == [(0, "taken")]
+
+
+def test_a_file_with_a_deletion_vector_is_not_taken_from_its_statistics(
+        sq: Queue, spark: SparkSession) -> None:
+    """A deletion vector (a table turned to them by hand) leaves a file's statistics
+    counting rows it deleted, and its Parquet still holds them: such a file
+    is not chosen from statistics, or a buried task would be leased too."""
+    t = ingested(sq, "vectors", [{"n": i} for i in range(6)])
+    path = t.context.layout.tasks("vectors")
+    spark.sql(f"ALTER TABLE delta.`{path}` "
+              "SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    t.bury(2)  # a MERGE that marks the ready row deleted in its file
+    assert ids(t.take(10)) == [0, 1, 3, 4, 5]
+    assert t.meta(2)["status"] == "buried"

@@ -13,7 +13,11 @@ from typing import Any, ClassVar
 
 from pyspark.sql import DataFrame
 
-__all__ = ["Driver"]
+__all__ = ["Driver", "ORDER"]
+
+#: The order of ready tasks that ``head_only`` and ``sub_queue_heads`` promise:
+#: priority, then put order (``order_key``: requeue moves a task to the end), then id.
+ORDER = ("pri", "order_key", "task_id")
 
 
 class Driver(ABC):

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 from pyspark.sql import DataFrame
 
-from .base import Driver
+from .base import ORDER, Driver
 
 __all__ = ["FifoDriver", "FifoTtlDriver", "LimFifoTtlDriver"]
 
@@ -19,7 +19,7 @@ class FifoDriver(Driver):
 
     def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
         return (live.where("eff = 'ready'")
-                .orderBy("pri", "order_key", "task_id").limit(n))
+                .orderBy(*ORDER).limit(n))
 
 
 class FifoTtlDriver(FifoDriver):

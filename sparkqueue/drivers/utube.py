@@ -18,13 +18,9 @@ from typing import ClassVar
 from pyspark.sql import DataFrame, Window
 from pyspark.sql import functions as F
 
-from .base import Driver
+from .base import ORDER, Driver
 
 __all__ = ["UtubeDriver", "UtubeTtlDriver", "ORDER"]
-
-#: Order of tasks within a sub-queue and across heads: priority, then put order
-#: (``order_key``: requeue moves a task to the end), then id.
-ORDER = ("pri", "order_key", "task_id")
 
 
 class UtubeDriver(Driver):

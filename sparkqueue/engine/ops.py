@@ -254,6 +254,13 @@ def sql_context(now: float, owner: str, token: str) -> dict[str, str]:
             "owner": owner, "token": token}
 
 
+def lease_context(now: float, who: str) -> dict[str, str]:
+    """:func:`sql_context` for a statement with no MERGE source: the owner ``who``
+    and a new lease token as literals."""
+    return sql_context(now, owner=st.sql_literal(who, "string"),
+                       token=st.sql_literal(uuid.uuid4().hex, "string"))
+
+
 def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int, who: str,
                  tag: CommitTag, now: float, before: int) -> int:
     """Apply a ``by_range`` op to the ids ``lo..hi`` (all chosen) as one UPDATE;
@@ -265,8 +272,7 @@ def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int,
     concurrent take got some of them first, this take returns the others;
     when it got them all, Delta commits nothing and the take chooses again.
     """
-    sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
-                         token=st.sql_literal(uuid.uuid4().hex, "string"))
+    sqlctx = lease_context(now, who)
     assert op.guard is not None
     path = ctx.layout.tasks(ctx.key)
     st.update(sess, path,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import bisect
 import time
-import uuid
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -13,10 +12,11 @@ from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
 from .. import store as st
+from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
 from .ingest import empty, ingest, live_tasks, pending_rows
-from .ops import COLLECT_UPTO, Chosen, Op, action_set, apply, pick, sql_context
+from .ops import COLLECT_UPTO, Chosen, Op, action_set, apply, lease_context, pick
 
 
 def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
@@ -80,7 +80,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         fresh = take_fresh(ctx, take, n, win, who)
         if fresh is not None:
             return fresh
-    leased = take_files(ctx, take, n, who, acking, wait)
+    leased = take_files(ctx, take, n, who, acking)
     if leased is not None:
         return leased
     done = apply(ctx,
@@ -162,9 +162,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             tag = CommitTag(tag.op, tag.token, tuple(sorted(
                 {**dict(tag.extra), **counts, "take": count}.items())))
             sess.conf.set(st.USER_METADATA, tag.json())
-            sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
-                                 token=st.sql_literal(uuid.uuid4().hex, "string"))
-            action = action_set(take, tag, sqlctx)
+            action = action_set(take, tag, lease_context(now, who))
             if count == (hi - lo) // ctx.shards + 1:  # a run of ids: no join
                 marked = pending.withColumn("arg_take",
                                             F.expr(f"task_id BETWEEN {lo} AND {hi}"))
@@ -187,7 +185,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                 "ELSE array('insert') END"))),
                                 f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
         version = accelerator.commit_ingest(txn, ctx.key, cursor, st.Cursor(upto, next_id),
-                                       rows, changes, tag)
+                                            rows, changes, tag)
     ctx.ingested_upto = upto
     if picked is None:
         return None
@@ -197,8 +195,8 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     return result
 
 
-def take_files(ctx: TubeContext, take: Op, n: int, who: str, acking: list[int] | None,
-               wait: float) -> DataFrame | None:
+def take_files(ctx: TubeContext, take: Op, n: int, who: str,
+               acking: list[int] | None) -> DataFrame | None:
     """The take's tasks when file statistics show which files hold them: those
     files are rewritten in one commit, the leased tasks into files of their
     own, the others into others; ``acking``, when those are whole files
@@ -215,8 +213,10 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str, acking: list[int] |
     None when it does not apply: the take then goes the usual way.
 
     The commit removes the files it read, so a concurrent commit that
-    changed any of their rows (removed them) makes it conflict, and it is
-    tried again on the newer files.
+    changed any of their rows (removed them) makes it conflict; so may
+    other commits that added files (Delta's check of a table without
+    partitions). The take then goes the usual way, as :func:`take_fresh`
+    does, which such commits cannot starve.
     """
     layout = ctx.layout
     accelerator = layout.accelerator
@@ -253,9 +253,12 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str, acking: list[int] |
         ctx.emit(result, "take")
         return result
 
-    return ctx.guarded(lambda: st.retrying(
-        attempt, deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
-        what=f"take on {ctx.name!r}"))
+    try:
+        return ctx.guarded(attempt)
+    except Exception as e:
+        if st.is_conflict(e):
+            return None
+        raise
 
 
 def leasing(rows: DataFrame, take: Op, tag: CommitTag, n: int, count: int, who: str,
@@ -263,11 +266,9 @@ def leasing(rows: DataFrame, take: Op, tag: CommitTag, n: int, count: int, who: 
     """``rows`` (``count`` ready tasks) with the ``n`` lowest ``(pri, order_key,
     task_id)`` leased to ``who``: those first, in partitions of their own (a
     union), then the others as they were."""
-    sqlctx = sql_context(now, owner=st.sql_literal(who, "string"),
-                         token=st.sql_literal(uuid.uuid4().hex, "string"))
-    action = action_set(take, tag, sqlctx)
+    action = action_set(take, tag, lease_context(now, who))
     if count > n:
-        rank = F.row_number().over(Window.orderBy("pri", "order_key", "task_id"))
+        rank = F.row_number().over(Window.orderBy(*ORDER))
         rows = rows.withColumn("arg_take", rank <= n)
     chosen = rows.where("arg_take") if count > n else rows
     leased = chosen.alias("t").selectExpr(*[

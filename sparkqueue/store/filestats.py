@@ -63,6 +63,19 @@ def may_hold(f: dict[str, Any], status: str) -> bool:
     return bool(f["rows"]) and lo <= status <= hi
 
 
+#: The statistics :func:`all_ready` needs to place a file's ready tasks.
+HEAD_KEYS = ("rows", "min_task_id", "max_task_id", "min_pri", "max_pri", "min_order_key",
+             "max_order_key", "min_ttl_end")
+
+
+def all_ready(f: dict[str, Any], now: float) -> bool:
+    """Whether a data file's statistics show every row of it stored ``ready`` with
+    its ttl running (so ready at ``now``), and where they are (:data:`HEAD_KEYS`)."""
+    return (all(f[k] is not None for k in HEAD_KEYS) and bool(f["rows"])
+            and f["min_status"] == "ready" == f["max_status"] and f["status_nulls"] == 0
+            and f["min_ttl_end"] > now)
+
+
 def head_bound(files: list[Any], now: float, n: int) -> str | None:
     """SQL bounding ``(pri, order_key)`` to where the ``n`` lowest ready tasks must be.
 
@@ -74,13 +87,8 @@ def head_bound(files: list[Any], now: float, n: int) -> str | None:
     there too, and data skipping reads only the files that reach below it.
     None when the statistics show no such key (few files, or none all ready).
     """
-    certain = sorted(
-        (f["max_pri"], f["max_order_key"], f["rows"]) for f in files
-        if f["rows"] and f["min_status"] == "ready" and f["max_status"] == "ready"
-        and f["status_nulls"] == 0 and f["max_pri"] is not None
-        and f["max_order_key"] is not None and f["min_ttl_end"] is not None
-        and f["min_ttl_end"] > now
-    )
+    certain = sorted((f["max_pri"], f["max_order_key"], f["rows"])
+                     for f in files if all_ready(f, now))
     held = 0
     for pri, order_key, rows in certain:
         held += rows
@@ -104,18 +112,14 @@ def ready_head(files: Iterable[dict[str, Any]], now: float, n: int,
     ids above theirs. A drain's take on ingested files is so: it then needs
     no Spark job to choose, and the ids are one range (see ``engine.ops.update_range``).
     """
-    keys = ("rows", "min_task_id", "max_task_id", "min_pri", "max_pri", "min_order_key",
-            "max_order_key", "min_ttl_end")
     ready = sorted((f for f in files if may_hold_ready(f, now)),
                    key=lambda f: (f["min_task_id"] is None, f["min_task_id"] or 0))
-    if not ready or any(ready[0][k] is None for k in keys):
+    if not ready or any(ready[0][k] is None for k in HEAD_KEYS):
         return None
     pri, lo = ready[0]["min_pri"], ready[0]["min_task_id"]
     hi, top_key, rows = lo - step, None, 0
     for at, f in enumerate(ready):
-        whole = (all(f[k] is not None for k in keys)
-                 and f["min_status"] == "ready" == f["max_status"] and f["status_nulls"] == 0
-                 and f["min_ttl_end"] > now and f["min_pri"] == pri == f["max_pri"]
+        whole = (all_ready(f, now) and f["min_pri"] == pri == f["max_pri"]
                  and f["min_task_id"] == hi + step
                  and f["max_task_id"] - f["min_task_id"] + step == f["rows"] * step)
         if not whole or rows + f["rows"] > n:
@@ -153,20 +157,18 @@ def head_files(files: dict[str, dict[str, Any]], now: float, n: int,
     other file that may hold a ready task (:func:`may_hold_ready`) has its
     least ``(pri, order_key, task_id)`` above the greatest of theirs
     (column by column: every row of it then comes after every row of
-    theirs).
+    theirs). Ingest gives every task a ``pri`` and an ``order_key``, so
+    their minimum and maximum bound every row.
     """
-    keys = ("rows", "min_task_id", "max_task_id", "min_pri", "max_pri", "min_order_key",
-            "max_order_key", "min_ttl_end")
     ready = [(name, f) for name, f in files.items() if may_hold_ready(f, now)]
-    if not ready or any(f[k] is None for _, f in ready for k in keys):
+    if not ready or any(f[k] is None for _, f in ready for k in HEAD_KEYS):
         return None
     ready.sort(key=lambda nf: (nf[1]["min_pri"], nf[1]["min_order_key"], nf[1]["min_task_id"]))
     chosen, rows = [], 0
     for _, f in ready:
         if rows >= n:
             break
-        if not (f["rows"] and f["min_status"] == "ready" == f["max_status"]
-                and f["status_nulls"] == 0 and f["min_ttl_end"] > now):
+        if not all_ready(f, now):
             return None
         chosen.append(f)
         rows += f["rows"]
@@ -215,8 +217,16 @@ def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
 
 
 def file_entry(add: dict[str, Any]) -> dict[str, Any]:
-    """What :meth:`Layout.files_at` keeps of an ``add`` action: statistics and size."""
-    return {**stats_of(add.get("stats")), "size": add.get("size")}
+    """What :meth:`Layout.files_at` keeps of an ``add`` action: statistics and size.
+
+    A file with a deletion vector has statistics of all its rows, deleted ones
+    too, and reading it as Parquet would bring those back: its statistics
+    are kept as unknown (``rows`` None), which no choice from statistics
+    takes on trust."""
+    entry = {**stats_of(add.get("stats")), "size": add.get("size")}
+    if add.get("deletionVector") or '"tightBounds":false' in (add.get("stats") or ""):
+        entry["rows"] = None
+    return entry
 
 
 def stats_of(stats_json: str | None) -> dict[str, Any]:

@@ -322,14 +322,14 @@ class LogReader(Paths):
                 return None
             base = int(last["version"])
             try:
-                rows = (self.spark.read
+                adds = (self.spark.read
                         .parquet(self.log_file(path, f"{base:020d}.checkpoint.parquet"))
-                        .where("add IS NOT NULL")
-                        .select("add.path", "add.size", "add.stats").collect())
+                        .where("add IS NOT NULL").select("add.*"))
+                rows = adds.select("path", "size", "stats", *(
+                    ["deletionVector"] if "deletionVector" in adds.columns else [])).collect()
             except AnalysisException:  # gone, or written without statistics as JSON
                 return None
-            files = {str(r["path"]): file_entry({"size": r["size"], "stats": r["stats"]})
-                     for r in rows}
+            files = {str(r["path"]): file_entry(r.asDict()) for r in rows}
         found = self._replay(path, base, files, latest)
         return None if found is None else (latest, found)
 
@@ -359,11 +359,13 @@ class LogReader(Paths):
             text = texts.get(v)
             if text is None:
                 return None
-            for line in text.splitlines():
-                action = json.loads(line)
+            actions = [json.loads(line) for line in text.splitlines()]
+            # removes first: a deletion vector re-adds the file it removes, by its path
+            for action in actions:
                 if "remove" in action:
                     files.pop(action["remove"]["path"], None)
-                elif "add" in action:
+            for action in actions:
+                if "add" in action:
                     files[action["add"]["path"]] = file_entry(action["add"])
         return files
 

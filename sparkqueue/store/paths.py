@@ -162,8 +162,12 @@ _TAG_LOCKS: dict[int, threading.RLock] = {}
 _LOCK = threading.Lock()
 
 #: Settings a tagged commit runs with. MERGE sources here are checkpointed and
-#: deterministic: copying them first is waste.
-COMMIT_SETTINGS = {"spark.databricks.delta.merge.materializeSource": "none"}
+#: deterministic: copying them first is waste. A union keeps its inputs'
+#: partitions apart (Spark would merge them pairwise where the inputs are
+#: partitioned alike), so rows a write keeps in separate inputs get files of
+#: their own: a take's leased tasks apart from the others (``Accelerator.replace_files``).
+COMMIT_SETTINGS = {"spark.databricks.delta.merge.materializeSource": "none",
+                   "spark.sql.unionOutputPartitioning": "false"}
 
 
 def is_connect(spark: SparkSession) -> bool:

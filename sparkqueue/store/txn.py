@@ -256,15 +256,13 @@ class Accelerator:
 
         Each of ``rows``' partitions is written to files of its own, so rows
         the caller keeps in separate partitions (a union keeps its inputs'
-        partitions, once Spark is told not to merge the partitions of inputs
-        partitioned alike) never share a file. The commit is an UPDATE, which Delta
+        partitions in writer sessions, ``paths.COMMIT_SETTINGS``) never share
+        a file. The commit is an UPDATE, which Delta
         checks as it checks one: a concurrent commit that removed one of
-        these files (changed a row of it) makes this one conflict, and a
-        concurrent append does not.
+        these files (changed a row of it) makes this one conflict.
         """
         conf = rows.sparkSession.conf
         conf.set("spark.sql.files.maxRecordsPerFile", str(schema.TASK_FILE_ROWS))
-        conf.set("spark.sql.unionOutputPartitioning", "false")
         actions = self.jvm.java.util.ArrayList()
         written = txn.writeFiles(rows._jdf).iterator()
         while written.hasNext():
@@ -294,8 +292,10 @@ class Accelerator:
             stats = DataFrame(snapshot.withStats(), self.spark)
         except Py4JError:
             return None
+        vector = (F.col("deletionVector").isNotNull() if "deletionVector" in stats.columns
+                  else F.lit(False))
         rows = stats.select(
-            "path", "size", F.col("stats.numRecords").alias("rows"),
+            "path", "size", F.when(~vector, F.col("stats.numRecords")).alias("rows"),
             *[F.col(f"stats.{kind}.{col}").alias(key) for key, (kind, col) in FILE_STATS.items()],
         ).collect()
         return version, {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS},
