@@ -15,7 +15,7 @@ Prints, in one run:
   from creation; a tube keeps none until ``changes()`` is first called);
 - a drain of N tasks, take + ack in batches of 100,000, in tasks per second,
   and the same drain by a ``Consumer`` (each batch's acks committed together
-  with the next take: one MERGE per batch), against hand-written drains of
+  with the next take: one commit per batch), against hand-written drains of
   plain Delta tables holding the same rows: one MERGE per batch deleting the
   previous batch and flipping the next, with Delta's change data feed off and
   on (what ``Tube.changes`` reads); the Consumer drain also on a tube created
