@@ -208,8 +208,8 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     file with, so its ack would read and rewrite them all again; here the
     ack removes the leased files whole, reading no data. The choice is
     made where the files are written (the ``n`` lowest of their rows, by
-    :func:`store.head_files` the ``n`` lowest ready of the table), so a
-    take of fewer tasks than a file holds runs no Spark job but the write.
+    :func:`store.head_files` the ``n`` lowest ready of the table), so no
+    Spark job chooses before the write.
     None when it does not apply: the take then goes the usual way.
 
     The commit removes the files it read, so a concurrent commit that
@@ -225,7 +225,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     path = layout.tasks(ctx.key)
 
     def attempt() -> DataFrame | None:
-        ingest(ctx)  # in the retried attempt: it may conflict with another's ingest
+        ingest(ctx)  # a conflict with another's ingest sends the take the usual way
         txn = accelerator.start_transaction(path)
         if accelerator.keeps_feed(txn):
             return None  # the feed's rows are Delta's to write
