@@ -67,6 +67,24 @@ def test_leased_tasks_get_files_of_their_own_which_their_ack_removes_whole(
     assert stats["tasks"]["ready"] == 6 and stats["tasks"]["taken"] == 1
 
 
+def test_a_take_cuts_the_ready_rows_it_rewrites_into_files_of_its_size(
+        sq: Queue, spark: SparkSession) -> None:
+    t = ingested(sq, "cut", [{"n": i} for i in range(2500)])  # one file
+    assert store.TAKE_FILE_ROWS == 1000
+    assert ids(t.take(1000)) == list(range(1000))
+    assert files_of(t) == [("ready", "ready", 1000, 1999), ("ready", "ready", 2000, 2499),
+                           ("taken", "taken", 0, 999)]
+    assert ids(t.take(1000)) == list(range(1000, 2000))  # a whole file: nothing else rewritten
+    assert files_of(t) == [("ready", "ready", 2000, 2499), ("taken", "taken", 0, 999),
+                           ("taken", "taken", 1000, 1999)]
+    # the size was the take's alone: a put after it writes its files as before
+    t.put(spark.range(2500).toDF("n").coalesce(1))
+    layout = t.context.layout
+    inbox = layout.inbox("cut")
+    newest = layout.files_at(inbox, layout.latest_version(inbox)) or {}
+    assert sorted(f["rows"] for f in newest.values())[-1] == 2500
+
+
 def test_the_take_chooses_by_priority_then_order_among_the_files_rows(sq: Queue) -> None:
     t = sq.create_tube("pri", "fifottl")
     for pri in [3, 1, 2, 0, 5]:

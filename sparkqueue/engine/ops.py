@@ -169,9 +169,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
             removable=chosen if op.action is None or op.delete_when else None,
         ).select(*st.PUBLIC_COLUMNS)
         if acks is not None:
-            ctx.emit(layout.changed_at(ctx.key, version, tag.token, lo, hi,
-                                       updates=False, removable=acks)
-                     .select(*st.PUBLIC_COLUMNS), "ack")
+            ctx.emit(acked_rows(ctx, version, tag.token, (lo, hi), acks), "ack")
             if picked is None:
                 return None
         return changes, counts
@@ -441,11 +439,19 @@ def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
         return None
     if version is None:
         return None
-    acked = layout.changed_at(ctx.key, version, tag.token, ids[0], ids[-1], updates=False,
-                              removable=st.id_frame(ctx.spark, ids, ctx.shards))
-    result = acked.select(*st.PUBLIC_COLUMNS)
+    result = acked_rows(ctx, version, tag.token, (ids[0], ids[-1]),
+                        st.id_frame(ctx.spark, ids, ctx.shards))
     ctx.emit(result, "ack")
     return result
+
+
+def acked_rows(ctx: TubeContext, version: int, token: str, span: tuple[int, int],
+               ids: DataFrame) -> DataFrame:
+    """The tasks ``ids`` (a frame of ``task_id``, all within ``span``) that the commit
+    ``version`` (tagged ``token``) removed, read from the files it removed, as acked
+    (``done``): an ack's result and its ``on_task_change`` event, however it committed."""
+    return ctx.layout.changed_at(ctx.key, version, token, span[0], span[1], updates=False,
+                                 removable=ids).select(*st.PUBLIC_COLUMNS)
 
 
 def expire(ctx: TubeContext) -> dict[str, int]:

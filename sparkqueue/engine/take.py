@@ -16,7 +16,7 @@ from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
 from .ingest import empty, ingest, live_tasks, pending_rows
-from .ops import COLLECT_UPTO, Chosen, Op, action_set, apply, lease_context, pick
+from .ops import COLLECT_UPTO, Chosen, Op, acked_rows, action_set, apply, lease_context, pick
 
 
 def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
@@ -242,12 +242,10 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
             version = accelerator.replace_files(
                 txn, files, names + acked,
                 leasing(layout.read_task_files(path, names, sess), take, tag, n, rows, who, now),
-                tag)
+                tag, file_rows(n))
         if acking:
-            ctx.emit(layout.changed_at(ctx.key, version, tag.token, acking[0], acking[-1],
-                                       updates=False,
-                                       removable=st.id_frame(ctx.spark, acking, ctx.shards))
-                     .select(*st.PUBLIC_COLUMNS), "ack")
+            ctx.emit(acked_rows(ctx, version, tag.token, (acking[0], acking[-1]),
+                                st.id_frame(ctx.spark, acking, ctx.shards)), "ack")
         result = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
             *st.PUBLIC_COLUMNS)
         ctx.emit(result, "take")
@@ -261,19 +259,34 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
         raise
 
 
+def file_rows(n: int) -> int:
+    """The most rows per file a head-file take of ``n`` writes: ``n`` (at least
+    ``store.TAKE_FILE_ROWS``, at most ``store.TASK_FILE_ROWS``).
+
+    Its leased tasks then fill one file, which their ack removes whole, and
+    the ready ones it rewrites are cut in files of ``n`` in their order, so
+    that the next takes of ``n`` take whole files: no window to choose
+    within a file, and no ready rows rewritten beside the leased ones (a
+    file of 20,000 drained 1,000 at a time was rewritten twenty times).
+    The floor keeps small takes from cutting a tube into tiny files."""
+    return min(max(n, st.TAKE_FILE_ROWS), st.TASK_FILE_ROWS)
+
+
 def leasing(rows: DataFrame, take: Op, tag: CommitTag, n: int, count: int, who: str,
             now: float) -> DataFrame:
     """``rows`` (``count`` ready tasks) with the ``n`` lowest ``(pri, order_key,
     task_id)`` leased to ``who``: those first, in partitions of their own (a
     union), then the others as they were."""
     action = action_set(take, tag, lease_context(now, who))
-    if count > n:
-        rank = F.row_number().over(Window.orderBy(*ORDER))
-        rows = rows.withColumn("arg_take", rank <= n)
-    chosen = rows.where("arg_take") if count > n else rows
-    leased = chosen.alias("t").selectExpr(*[
-        f"{action[c]} AS {c}" if c in action else c for c in st.TASK_TABLE_COLUMNS])
-    return leased if count <= n else leased.unionByName(
+
+    def leased(chosen: DataFrame) -> DataFrame:
+        return chosen.alias("t").selectExpr(*[
+            f"{action[c]} AS {c}" if c in action else c for c in st.TASK_TABLE_COLUMNS])
+
+    if count <= n:  # the files hold the take's tasks alone
+        return leased(rows)
+    rows = rows.withColumn("arg_take", F.row_number().over(Window.orderBy(*ORDER)) <= n)
+    return leased(rows.where("arg_take")).unionByName(
         rows.where("NOT arg_take").select(*st.TASK_TABLE_COLUMNS))
 
 

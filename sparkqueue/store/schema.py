@@ -103,6 +103,11 @@ PUBLIC_COLUMNS = ["task_id", "status", "data", "pri", "utube", "owner", "created
 #: so each file covers a narrow task_id range and MERGE bounds prune the rest.
 TASK_FILE_ROWS = 20_000
 
+#: The fewest rows per file a take of the head files writes (see
+#: ``engine.take.take_files``): a take of ``n`` writes files of
+#: ``max(n, TAKE_FILE_ROWS)`` rows, at most ``TASK_FILE_ROWS``.
+TAKE_FILE_ROWS = 1_000
+
 
 #: Tables of at most this many files are read whole by a take: choosing files by
 #: their statistics costs a Spark job, more than reading a few small files.

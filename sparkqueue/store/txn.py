@@ -80,10 +80,7 @@ class Accelerator:
         caller read the cursor after ``txn``'s snapshot, and any commit since
         makes this one conflict.
         """
-        jvm = self.jvm
-        sess = rows.sparkSession
-        sess.conf.set("spark.sql.files.maxRecordsPerFile", str(schema.TASK_FILE_ROWS))
-        actions = jvm.java.util.ArrayList()
+        actions = self.jvm.java.util.ArrayList()
         actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
                                           "lastUpdated": int(time.time() * 1000)}}))
         frame = ingest_frame(rows, cursor)
@@ -91,10 +88,28 @@ class Accelerator:
             # one write: Delta sends the rows with a change type to the change feed's files
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
                 changes, allowMissingColumns=True)
-        written = txn.writeFiles(frame._jdf).iterator()
-        while written.hasNext():
-            actions.add(written.next())
+        self._write(txn, frame, schema.TASK_FILE_ROWS, actions)
         return self._commit_actions(txn, actions, tag, appended=True)
+
+    @staticmethod
+    def _write(txn: Any, frame: DataFrame, file_rows: int, actions: Any) -> None:
+        """Write ``frame`` in ``txn`` in files of at most ``file_rows`` rows, adding the
+        ``add`` actions to ``actions``. The setting is the session's (Delta's
+        ``writeFiles`` takes no options), so it is put back after: the writer
+        session's later puts and MERGEs keep their own file sizes."""
+        conf = frame.sparkSession.conf
+        key = "spark.sql.files.maxRecordsPerFile"
+        before = conf.get(key, None)
+        conf.set(key, str(file_rows))
+        try:
+            written = txn.writeFiles(frame._jdf).iterator()
+            while written.hasNext():
+                actions.add(written.next())
+        finally:
+            if before is None:
+                conf.unset(key)
+            else:
+                conf.set(key, before)
 
     def rewrite_files(self, path: str, names: list[str]) -> int:
         """Rewrite the data files ``names`` of the table at ``path`` into one, changing no data.
@@ -249,10 +264,10 @@ class Accelerator:
         return self._commit_actions(txn, actions, tag, deleted_rows=rows)
 
     def replace_files(self, txn: Any, files: dict[str, dict[str, Any]], removed: list[str],
-                      rows: DataFrame, tag: CommitTag) -> int:
+                      rows: DataFrame, tag: CommitTag, file_rows: int) -> int:
         """Commit in ``txn`` the data files ``removed`` (their statistics in ``files``,
         as :meth:`files_at` gives them) gone and ``rows`` written in their
-        place; the version committed.
+        place, in files of at most ``file_rows`` rows; the version committed.
 
         Each of ``rows``' partitions is written to files of its own, so rows
         the caller keeps in separate partitions (a union keeps its inputs'
@@ -261,12 +276,8 @@ class Accelerator:
         checks as it checks one: a concurrent commit that removed one of
         these files (changed a row of it) makes this one conflict.
         """
-        conf = rows.sparkSession.conf
-        conf.set("spark.sql.files.maxRecordsPerFile", str(schema.TASK_FILE_ROWS))
         actions = self.jvm.java.util.ArrayList()
-        written = txn.writeFiles(rows._jdf).iterator()
-        while written.hasNext():
-            actions.add(written.next())
+        self._write(txn, rows, file_rows, actions)
         for name in removed:
             actions.add(self._removal(name, files[name]))
         return self._commit_actions(txn, actions, tag, updated=True)
