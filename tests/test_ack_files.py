@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkqueue import FakeClock, InvalidState, NotOwner, Queue, TaskNotFound, Tube, store
+from sparkqueue.engine import ingest as ingesting
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store import whole_files
 
@@ -62,6 +63,30 @@ def test_an_ingest_writes_runs_of_ids_so_a_take_of_whole_runs_acks_whole(
     before = t.context.layout.latest_version(path)
     t.ack(batch)
     assert operations(t, before) == [("DELETE", "ack")]
+
+
+def test_a_big_ingest_writes_its_runs_side_by_side_each_in_id_order(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An ingest of more than INGEST_RUN_ROWS tasks is written by a writer per run
+    of consecutive put files: each run's files hold consecutive ids from the
+    run's first, so files still follow one another in id order."""
+    monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 3)
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)
+    monkeypatch.setattr(ingesting, "INGEST_RUN_ROWS", 4)
+    t = sq.create_tube("sides", "fifottl")
+    for _ in range(2):
+        t.put([{"n": i} for i in range(4)])
+    ingest(t.context)
+    path = t.context.layout.tasks("sides")
+    files = sorted((f["min_task_id"], f["max_task_id"], f["rows"])
+                   for f in t.context.layout.file_stats(path) if f["min_task_id"] >= 0)
+    assert files == [(0, 2, 3), (3, 3, 1), (4, 6, 3), (7, 7, 1)]
+    batch = ids(t.take(6))
+    assert batch == list(range(6))
+    before = t.context.layout.latest_version(path)
+    t.ack(batch)
+    assert operations(t, before) == [("DELETE", "ack")]
+    assert ids(t.take(5)) == [6, 7]
 
 
 def test_an_ack_of_whole_files_removes_them_without_a_merge(sq: Queue,

@@ -140,7 +140,7 @@ def test_an_ingest_from_the_cursor_a_fresh_take_ingested_from_is_skipped(
     assert ids(t.take(1)) == [1]
     assert operations(t, before) == [("WRITE", "ingest+take")]
     after = tasks_version(t)
-    layout.write_marker("late", start, store.Cursor(upto, 3), late)
+    layout.write_marker("late", start, store.Cursor(upto, 3), [late])
     assert tasks_version(t) == after, "the late ingest was skipped"
     assert ids(t.take(5)) == [2]
 

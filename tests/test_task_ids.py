@@ -122,7 +122,7 @@ def test_an_ingest_from_a_cursor_already_ingested_from_is_skipped(sq: Queue,
     assert ids(t.take(1)) == [0], "the first consumer ingested"
     tasks = layout.tasks("once")
     before = layout.latest_version(tasks)
-    layout.write_marker("once", start, store.Cursor(upto, 2), late)
+    layout.write_marker("once", start, store.Cursor(upto, 2), [late])
     assert layout.latest_version(tasks) == before, "the late ingest was skipped"
     t.put({"n": 2})
     assert ids(t.take(3)) == [1, 2], "each task once; the next ingest goes on"

@@ -25,6 +25,10 @@ FILE_TAG_FIELDS = [("first_id", "long"), ("id_step", "long"), ("inbox_version", 
 #: Ingests of up to this many puts carry the puts' tag values as a literal map.
 TAGS_INLINE = 64
 
+#: An ingest writes runs of at least this many tasks side by side (see :func:`runs`):
+#: a big put is written by several tasks, a small one by one, into one file.
+INGEST_RUN_ROWS = 10 * st.TASK_FILE_ROWS
+
 def tag_values(put: dict[str, Any]) -> tuple[Any, ...]:
     """A put tag's values in ``PUT_TAG_FIELDS`` order, each one a task column can hold.
 
@@ -132,17 +136,36 @@ def pending_rows(ctx: TubeContext, spark: SparkSession, anchor: st.Cursor, upto:
                  after: int | None = None, columns: list[str] | None = None,
                  ) -> DataFrame | None:
     """Inbox rows of the puts after ``anchor`` (or after version ``after``) up to
-    ``upto``, as task rows (only ``columns`` of them when given: fewer to plan).
+    ``upto``, as task rows (only ``columns`` of them when given: fewer to plan)."""
+    files, _ = ctx.layout.put_files(ctx.key, anchor, upto)
+    files = [f for f in files if after is None or f.version > after]
+    return tasks_of_files(ctx, spark, files, columns) if files else None
+
+
+def runs(files: list[st.PutFile], next_id: int, least: int) -> list[list[st.PutFile]]:
+    """Put files (in id order, ``next_id`` after the last) cut into runs of
+    consecutive files of at least ``least`` rows each (the last one may hold
+    fewer), which an ingest writes side by side (:func:`store.ingest_frame`)."""
+    out: list[list[st.PutFile]] = [[]]
+    rows = 0
+    for f, after in zip(files, [*[g.first_id for g in files[1:]], next_id], strict=True):
+        if rows >= least:
+            out.append([])
+            rows = 0
+        out[-1].append(f)
+        rows += after - f.first_id
+    return out
+
+
+def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
+              columns: list[str] | None = None) -> DataFrame:
+    """The rows of the inbox ``files`` as task rows (only ``columns`` when given).
 
     A task's id is its file's first id plus its place in the file
     (:meth:`Layout.put_files`), spaced for the tube's shards
     (:meth:`TubeContext.task_id`); its other columns come from the row
     (options given as Columns) and from its put's commit tag (the rest).
     """
-    files, _ = ctx.layout.put_files(ctx.key, anchor, upto)
-    files = [f for f in files if after is None or f.version > after]
-    if not files:
-        return None
     payload = payload_schema(ctx)
     assert payload is not None  # there were puts
     rows = ctx.layout.read_files(ctx.layout.inbox(ctx.key), [f.name for f in files],
@@ -179,14 +202,15 @@ def ingest(ctx: TubeContext) -> None:
     if upto > cursor.version:
         tasks = layout.tasks(ctx.key)
         before = layout.latest_version(tasks)
-        _, next_id = layout.put_files(ctx.key, cursor, upto)
+        files, next_id = layout.put_files(ctx.key, cursor, upto)
+        if not files:  # only the sweeper's commits (purge, vacuum) since
+            ctx.ingested_upto = upto
+            return
         tag = CommitTag.new("ingest", upto=upto, next_id=next_id)
         with layout.tagged(tag) as sess:
-            rows = pending_rows(ctx, sess, cursor, upto)
-            if rows is None:  # only the sweeper's commits (purge, vacuum) since
-                ctx.ingested_upto = upto
-                return
-            layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id), rows)
+            layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id),
+                                [tasks_of_files(ctx, sess, run)
+                                 for run in runs(files, next_id, INGEST_RUN_ROWS)])
         # the append is skipped when another process ingested from this cursor
         # first, maybe up to an older version: then only the cursor tells
         if not any(tag.token in (info.get("userMetadata") or "")

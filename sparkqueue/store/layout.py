@@ -185,9 +185,10 @@ class Layout(LogReader):
             self.exists,
         )
 
-    def write_marker(self, tube: str, since: Cursor, cursor: Cursor, rows: DataFrame) -> None:
-        """Append ``rows`` (ingested tasks) and the marker of the new ``cursor``,
-        unless an ingest from ``since`` (or a later cursor) was committed.
+    def write_marker(self, tube: str, since: Cursor, cursor: Cursor,
+                     runs: list[DataFrame]) -> None:
+        """Append ``runs`` (ingested tasks, :func:`ingest_frame`) and the marker of the
+        new ``cursor``, unless an ingest from ``since`` (or a later cursor) was committed.
 
         One transaction id for all ingests of a tube, its version the cursor
         the ingest starts from: Delta skips an append whose version is not
@@ -199,7 +200,7 @@ class Layout(LogReader):
         Spark jobs, about 0.5 s of a 30,000-task ingest's 1.6 s here): Delta
         4.4 reads transaction ids from the state, not from its checksum files.
         """
-        append(ingest_frame(rows, cursor).write.format("delta").mode("append")
+        append(ingest_frame(runs, cursor).write.format("delta").mode("append")
                .option("txnAppId", INGEST_TXN).option("txnVersion", since.version)
                .option("mergeSchema", "true")
                .option("maxRecordsPerFile", schema.TASK_FILE_ROWS), self.tasks(tube))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import reduce
 from typing import Literal
 
 from pyspark.sql import DataFrame, Row, SparkSession
@@ -137,19 +138,22 @@ def feed_start(spark: SparkSession, ref: str) -> int:
     return int(row[0] if row[0] is not None else row[1])
 
 
-def ingest_frame(rows: DataFrame, cursor: Cursor) -> DataFrame:
-    """``rows`` (ingested tasks) laid out for the tasks table, with the marker of ``cursor``.
+def ingest_frame(runs: list[DataFrame], cursor: Cursor) -> DataFrame:
+    """``runs`` (ingested tasks, each a run of consecutive ids) laid out for the tasks
+    table, with the marker of ``cursor``.
 
-    One writer for the tasks, ids in order: their files hold consecutive
-    ids, schema.TASK_FILE_ROWS each from the ingest's first, and the marker a
-    file of its own. A take of whole such runs then leaves files of its
-    tasks only, which its ack removes whole; two writers would each start
-    files where their input split started, and a take's rewrite of the
-    file it ends in would mix ready rows into its files.
+    One writer per run, ids in order: each run's files hold consecutive ids,
+    schema.TASK_FILE_ROWS each from the run's first, and the marker a file
+    of its own. A take of whole such files then leaves files of its tasks
+    only, which its ack removes whole; a writer fed rows of several runs
+    would write files spanning the ids between them, which file statistics
+    could no longer place in order. Runs are written side by side, one task
+    each (the union keeps its inputs' partitions in writer sessions,
+    ``paths.COMMIT_SETTINGS``).
     """
-    marker = rows.sparkSession.createDataFrame(  # one row: one partition
+    marker = runs[0].sparkSession.createDataFrame(  # one row: one partition
         [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)],
         "task_id long, status string, inbox_version long, order_key long",
-    )  # not coalesce(1): a union of two single partitions is one (a shared file)
-    return rows.coalesce(1).sortWithinPartitions("task_id").unionByName(
-        marker, allowMissingColumns=True)
+    )
+    frames = [run.coalesce(1).sortWithinPartitions("task_id") for run in runs]
+    return reduce(DataFrame.unionByName, frames).unionByName(marker, allowMissingColumns=True)

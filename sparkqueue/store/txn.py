@@ -83,7 +83,7 @@ class Accelerator:
         actions = self.jvm.java.util.ArrayList()
         actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
                                           "lastUpdated": int(time.time() * 1000)}}))
-        frame = ingest_frame(rows, cursor)
+        frame = ingest_frame([rows], cursor)
         if changes is not None and self.keeps_feed(txn):
             # one write: Delta sends the rows with a change type to the change feed's files
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
