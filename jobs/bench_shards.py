@@ -11,7 +11,9 @@ In one run:
   opened) to the last one's end, and Delta conflicts retried per take (by
   every consumer, over all their takes). Ratios: four consumers against one
   on the sharded tube (tasks per second), and the conflicts per take of the
-  sharded tube against the single table's.
+  sharded tube against the single table's. How busy the machine's cores were
+  during each (``cpu_busy``, from Linux's /proc/stat): where one consumer
+  already keeps them busy, more consumers can only share them.
 - the same with sub-queues: a utubettl tube of 16 sub-queues of --utube-each
   tasks, taken with window 1 (one task per free sub-queue), four consumers,
   on four shards against one.
@@ -91,10 +93,23 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
             "conflicts": st.conflicts_retried() - before}
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """The machine's CPU time so far, all cores (total and idle, in clock ticks), from
+    Linux's /proc/stat; None elsewhere."""
+    try:
+        with open("/proc/stat") as stat:
+            ticks = [int(x) for x in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    return sum(ticks), ticks[3] + ticks[4]  # idle and iowait
+
+
 def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
                    warmup: int) -> dict[str, float]:
     """``count`` consumer processes draining ``tube`` at once: tasks per second from
-    the go to the last one's end, and conflicts retried per take."""
+    the go to the last one's end, conflicts retried per take, and how busy the
+    machine's cores were meanwhile (``cpu_busy``, 0 to 1: a single consumer
+    near 1 leaves no room for more consumers to go faster)."""
     work = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-shards-"))
     go = work / "go"
     procs = []
@@ -109,16 +124,21 @@ def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
             raise RuntimeError(f"a consumer of {tube!r} failed to start")
         time.sleep(0.2)
     started = time.time()
+    before = cpu_times()
     go.write_text("go")
     for p in procs:
         if p.wait() != 0:
             raise RuntimeError(f"a consumer of {tube!r} exited with {p.returncode}")
+    after = cpu_times()
     outs = [json.loads((work / f"out{k}.json").read_text()) for k in range(count)]
     done = sum(o["done"] for o in outs)
     seconds = max(o["ended"] for o in outs) - started
-    return {"tasks": done, "s": seconds, "tasks_per_s": done / seconds,
-            "conflicts_per_take": sum(o["conflicts"] for o in outs) / sum(
-                o["takes"] for o in outs)}
+    figures = {"tasks": done, "s": seconds, "tasks_per_s": done / seconds,
+               "conflicts_per_take": sum(o["conflicts"] for o in outs) / sum(
+                   o["takes"] for o in outs)}
+    if before and after and after[0] > before[0]:
+        figures["cpu_busy"] = 1 - (after[1] - before[1]) / (after[0] - before[0])
+    return figures
 
 
 def fill(sq: sparkqueue.Queue, name: str, rows: Any, shards: int,
