@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from . import validate
 from .engine import ops, shards
-from .engine.take import take_once
+from .engine.take import take_once, take_with_acks
 from .errors import InvalidOption, QueueError
 
 if TYPE_CHECKING:
@@ -153,15 +153,25 @@ class Consumer:
         return self.progress
 
     def _take(self) -> DataFrame:
-        """The next batch; the previous batch's acks ride in the same commit (one MERGE
-        per batch instead of two). When that commit is refused (a lease lost while the
-        handler ran), the acks are tried alone, as without the pairing, then the take."""
+        """The next batch, the previous batch's acks with it: in the take's commit when
+        both are whole files (the head-file take: no acked data read); else removed
+        whole in a commit of their own; else in the take's MERGE (one MERGE per batch
+        instead of two). When that MERGE is refused (a lease lost while the handler
+        ran), the acks are tried alone, as without the pairing, then the take."""
         tube, acks = self.tube, self._acks
         self._acks = []
         contexts = [part.context for part in tube.parts]  # a sharded tube's shards
         home = contexts[self._shard]  # where the previous batch came from
         who = home.who(self.owner)
         window = int(home.default("window") or 1)
+        if acks:  # with the take in one commit, when both are whole files
+            try:
+                batch = take_with_acks(home, self.batch_size, who, acks)
+            except QueueError:
+                batch = None  # the ways below say why, or get past it
+            if batch is not None:
+                self.progress.done += len(acks)
+                return batch
         if acks and ops.ack_files(home, acks, who) is not None:  # whole files: no MERGE
             self.progress.done += len(acks)
             acks = []

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from sparkqueue import Queue, QueueError, Tube, store
+from sparkqueue import Consumer, Queue, QueueError, Tube, store
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
@@ -141,6 +141,21 @@ def test_a_consumers_take_removes_its_previous_batch_in_the_same_commit(sq: Queu
     with pytest.raises(QueueError, match="6"):  # not a file of the acker's: the MERGE says
         taking.take(t.context, 2, 0.0, who, 1, acking=[6])
     assert t.meta(6)["status"] == "ready" and t.meta(7)["status"] == "ready"
+
+
+def test_a_consumer_pays_one_commit_a_batch_its_acks_riding_with_the_next_take(
+        sq: Queue) -> None:
+    t = ingested(sq, "loop", [{"n": i} for i in range(6)])
+    path = t.context.layout.tasks("loop")
+    before = t.context.layout.latest_version(path)
+    seen: list[list[int]] = []
+    progress = Consumer(t, lambda batch: seen.append(ids(batch)), batch_size=3,
+                        take_timeout=0, idle_timeout=0).run()
+    assert seen == [[0, 1, 2], [3, 4, 5]] and progress.done == 6
+    # the last batch's acks rode on no take: nothing was left to take
+    assert operations(t, before) == [("UPDATE", "take"), ("UPDATE", "take+ack"),
+                                     ("DELETE", "ack")]
+    assert t.statistics()["calls"]["ack"] == 6
 
 
 def test_a_tube_that_keeps_a_change_feed_takes_by_update(sq: Queue,

@@ -40,24 +40,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
     """One attempt of :func:`take`, without waiting for tasks: the leased tasks, or
     None when none was ready (the ``acking`` ids are then acked alone). Conflicts
     are retried for the tube's conflict timeout, or ``wait`` when longer."""
-    exclusive = ctx.driver.uses_utube
-    take = Op(
-        "take",
-        guard="CASE WHEN {eff} <> 'ready' THEN 'Stale' "
-              + ("WHEN s.arg_busy THEN 'Stale' " if exclusive else "") + "END",
-        action={
-            "status": "'taken'",
-            "owner": "{owner}",
-            "lease_token": "{token}",
-            "lease_end": "least({now} + t.ttr, t.ttl_end)",
-            "taken_count": "t.taken_count + 1",
-            "delay_end": "0.0D",
-        },
-        missing=None,
-        pending=True,
-        exclusive=exclusive,
-        by_range=True,
-    )
+    take = take_op(ctx)
 
     def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
         files = file_stats(ctx)
@@ -89,6 +72,38 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
                  collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
                  )
     return None if done is None else done[0]
+
+
+def take_op(ctx: TubeContext) -> Op:
+    """A take's state change: ready tasks become taken by the caller, its lease
+    counted from now (ttr, within ttl); on a utube tube, only where the
+    sub-queue holds no live lease (``arg_busy``, see :func:`ops.with_busy`)."""
+    exclusive = ctx.driver.uses_utube
+    return Op(
+        "take",
+        guard="CASE WHEN {eff} <> 'ready' THEN 'Stale' "
+              + ("WHEN s.arg_busy THEN 'Stale' " if exclusive else "") + "END",
+        action={
+            "status": "'taken'",
+            "owner": "{owner}",
+            "lease_token": "{token}",
+            "lease_end": "least({now} + t.ttr, t.ttl_end)",
+            "taken_count": "t.taken_count + 1",
+            "delay_end": "0.0D",
+        },
+        missing=None,
+        pending=True,
+        exclusive=exclusive,
+        by_range=True,
+    )
+
+
+def take_with_acks(ctx: TubeContext, n: int, who: str, acking: list[int]) -> DataFrame | None:
+    """Up to ``n`` tasks taken in a commit that also acks ``acking`` (whole files of
+    ``who``'s leases): :func:`take_files` carrying a consumer's previous batch,
+    so that a batch costs one commit that reads no acked data. None, having
+    committed nothing, where that does not apply."""
+    return take_files(ctx, take_op(ctx), n, who, acking)
 
 
 def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFrame | None:
