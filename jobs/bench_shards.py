@@ -88,6 +88,7 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
     progress = sparkqueue.Consumer(tube, lambda batch: None, batch_size=args.batch,
                                    take_timeout=0, idle_timeout=0).run()
     ended = time.time()
+    Path(f"{args.ready}.done").write_text("done")  # before the stop: cpu_busy's window
     spark.stop()
     return {"done": progress.done, "takes": progress.batches + 1, "ended": ended,
             "conflicts": st.conflicts_retried() - before}
@@ -101,6 +102,7 @@ def cpu_times() -> tuple[int, int] | None:
             ticks = [int(x) for x in stat.readline().split()[1:]]
     except (OSError, ValueError):
         return None
+    ticks = ticks[:8]  # user .. steal: the guest times are counted in user already
     return sum(ticks), ticks[3] + ticks[4]  # idle and iowait
 
 
@@ -126,10 +128,14 @@ def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
     started = time.time()
     before = cpu_times()
     go.write_text("go")
+    while not all((work / f"ready{k}.done").exists() for k in range(count)):
+        if any(p.poll() not in (None, 0) for p in procs):
+            break  # the wait below says which
+        time.sleep(0.05)
+    after = cpu_times()  # the drains' end, not the sessions' stop
     for p in procs:
         if p.wait() != 0:
             raise RuntimeError(f"a consumer of {tube!r} exited with {p.returncode}")
-    after = cpu_times()
     outs = [json.loads((work / f"out{k}.json").read_text()) for k in range(count)]
     done = sum(o["done"] for o in outs)
     seconds = max(o["ended"] for o in outs) - started

@@ -165,10 +165,7 @@ class Consumer:
         who = home.who(self.owner)
         window = int(home.default("window") or 1)
         if acks:  # with the take in one commit, when both are whole files
-            try:
-                batch = take_with_acks(home, self.batch_size, who, acks)
-            except QueueError:
-                batch = None  # the ways below say why, or get past it
+            batch = take_with_acks(home, self.batch_size, who, acks)
             if batch is not None:
                 self.progress.done += len(acks)
                 return batch

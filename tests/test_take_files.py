@@ -15,6 +15,7 @@ from pyspark.sql import SparkSession
 from sparkqueue import Consumer, Queue, QueueError, Tube, store
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
+from sparkqueue.store.paths import writer_session
 
 from .conftest import ids
 from .test_ack_files import operations
@@ -77,12 +78,8 @@ def test_a_take_cuts_the_ready_rows_it_rewrites_into_files_of_its_size(
     assert ids(t.take(1000)) == list(range(1000, 2000))  # a whole file: nothing else rewritten
     assert files_of(t) == [("ready", "ready", 2000, 2499), ("taken", "taken", 0, 999),
                            ("taken", "taken", 1000, 1999)]
-    # the size was the take's alone: a put after it writes its files as before
-    t.put(spark.range(2500).toDF("n").coalesce(1))
-    layout = t.context.layout
-    inbox = layout.inbox("cut")
-    newest = layout.files_at(inbox, layout.latest_version(inbox)) or {}
-    assert sorted(f["rows"] for f in newest.values())[-1] == 2500
+    # the size was the take's write's alone: the writer session is as it was
+    assert writer_session(spark).conf.get("spark.sql.files.maxRecordsPerFile", None) is None
 
 
 def test_the_take_chooses_by_priority_then_order_among_the_files_rows(sq: Queue) -> None:

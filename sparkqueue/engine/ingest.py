@@ -25,8 +25,8 @@ FILE_TAG_FIELDS = [("first_id", "long"), ("id_step", "long"), ("inbox_version", 
 #: Ingests of up to this many puts carry the puts' tag values as a literal map.
 TAGS_INLINE = 64
 
-#: An ingest writes runs of at least this many tasks side by side (see :func:`runs`):
-#: a big put is written by several tasks, a small one by one, into one file.
+#: An ingest writes runs of consecutive put files of at least this many tasks side
+#: by side, a task each (see :func:`runs`): an ingest of fewer is written by one.
 INGEST_RUN_ROWS = 10 * st.TASK_FILE_ROWS
 
 def tag_values(put: dict[str, Any]) -> tuple[Any, ...]:

@@ -275,16 +275,19 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
 
 
 def file_rows(n: int) -> int:
-    """The most rows per file a head-file take of ``n`` writes: ``n`` (at least
-    ``store.TAKE_FILE_ROWS``, at most ``store.TASK_FILE_ROWS``).
+    """The most rows per file a head-file take of ``n`` writes: ``n``, at least
+    ``TAKE_FILE_ROWS`` and at most ``TASK_FILE_ROWS`` (``store.schema``).
 
-    Its leased tasks then fill one file, which their ack removes whole, and
-    the ready ones it rewrites are cut in files of ``n`` in their order, so
-    that the next takes of ``n`` take whole files: no window to choose
-    within a file, and no ready rows rewritten beside the leased ones (a
-    file of 20,000 drained 1,000 at a time was rewritten twenty times).
-    The floor keeps small takes from cutting a tube into tiny files."""
-    return min(max(n, st.TAKE_FILE_ROWS), st.TASK_FILE_ROWS)
+    When the files it read hold more than ``n`` tasks, its leased tasks then
+    fill one file (up to that most), which their ack removes whole, and the
+    ready ones it rewrites are cut into files of that size in their order,
+    so that the next takes of ``n`` (from 1,000 to 20,000) take whole files:
+    no window to choose within a file, and no ready rows rewritten beside
+    the leased ones (a file of 20,000 drained 1,000 at a time was rewritten
+    twenty times). The floor keeps small takes from cutting a tube into
+    tiny files.
+    """
+    return min(max(n, st.schema.TAKE_FILE_ROWS), st.schema.TASK_FILE_ROWS)
 
 
 def leasing(rows: DataFrame, take: Op, tag: CommitTag, n: int, count: int, who: str,

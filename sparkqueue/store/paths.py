@@ -202,17 +202,17 @@ def tagging(spark: SparkSession, tag: CommitTag) -> Iterator[SparkSession]:
     a commit writes come from the caller's.
     """
     if not is_connect(spark):
-        with _settings(writer_session(spark), {USER_METADATA: tag.json()}) as sess:
+        with settings(writer_session(spark), {USER_METADATA: tag.json()}) as sess:
             yield sess
         return
     with _LOCK:
         lock = _TAG_LOCKS.setdefault(id(spark), threading.RLock())
-    with lock, _settings(spark, {USER_METADATA: tag.json(), **COMMIT_SETTINGS}) as sess:
+    with lock, settings(spark, {USER_METADATA: tag.json(), **COMMIT_SETTINGS}) as sess:
         yield sess
 
 
 @contextmanager
-def _settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[SparkSession]:
+def settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[SparkSession]:
     """``spark`` with ``settings`` for the block, then as it was: a block inside
     another (an operation a callback or a test runs while one is under way, in
     the same thread) leaves the outer one's tag in place."""

@@ -23,6 +23,7 @@ from ..errors import StorageError
 from . import schema
 from .filestats import FILE_STATS, stats_of
 from .log import LogReader
+from .paths import settings
 from .schema import (
     CHANGE_TYPE,
     INGEST_TXN,
@@ -94,22 +95,13 @@ class Accelerator:
     @staticmethod
     def _write(txn: Any, frame: DataFrame, file_rows: int, actions: Any) -> None:
         """Write ``frame`` in ``txn`` in files of at most ``file_rows`` rows, adding the
-        ``add`` actions to ``actions``. The setting is the session's (Delta's
-        ``writeFiles`` takes no options), so it is put back after: the writer
-        session's later puts and MERGEs keep their own file sizes."""
-        conf = frame.sparkSession.conf
-        key = "spark.sql.files.maxRecordsPerFile"
-        before = conf.get(key, None)
-        conf.set(key, str(file_rows))
-        try:
+        ``add`` actions to ``actions``. The size is a session setting (Delta's
+        ``writeFiles`` takes no options), set for this write only: the writer
+        session's later MERGEs and UPDATEs write as they would have."""
+        with settings(frame.sparkSession, {"spark.sql.files.maxRecordsPerFile": str(file_rows)}):
             written = txn.writeFiles(frame._jdf).iterator()
             while written.hasNext():
                 actions.add(written.next())
-        finally:
-            if before is None:
-                conf.unset(key)
-            else:
-                conf.set(key, before)
 
     def rewrite_files(self, path: str, names: list[str]) -> int:
         """Rewrite the data files ``names`` of the table at ``path`` into one, changing no data.
@@ -132,10 +124,10 @@ class Accelerator:
         rows = (self.log.read(path).where(F.element_at(F.split("_metadata.file_path", "/"), -1)
                                       .isin([a.path() for a in old]))
                 .repartition(1).sortWithinPartitions("task_id"))
-        actions = jvm.java.util.ArrayList()
-        written = txn.writeFiles(rows._jdf).iterator()
-        while written.hasNext():
-            add = json.loads(written.next().json())
+        written, actions = jvm.java.util.ArrayList(), jvm.java.util.ArrayList()
+        self._write(txn, rows, schema.TASK_FILE_ROWS, written)
+        for action in written:
+            add = json.loads(action.json())
             add["add"]["dataChange"] = False
             actions.add(self._action(add))
         now = int(time.time() * 1000)
