@@ -44,43 +44,29 @@ def taken_whole(sq: Queue, n: int = 5, **options: Any) -> tuple[Tube, int]:
     return t, t.context.layout.latest_version(t.context.layout.tasks("acks"))
 
 
+@pytest.mark.parametrize(("run_rows", "files"), [
+    (ingesting.INGEST_RUN_ROWS, [(0, 2, 3), (3, 5, 3), (6, 7, 2)]),
+    (4, [(0, 2, 3), (3, 3, 1), (4, 6, 3), (7, 7, 1)]),
+], ids=["one writer", "a writer per run"])
 def test_an_ingest_writes_runs_of_ids_so_a_take_of_whole_runs_acks_whole(
-        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Puts in several inbox files are ingested by one writer in id order: files of
-    TASK_FILE_ROWS consecutive ids from the first, so a take of two runs leaves
-    files of its tasks only, and its ack removes them without a MERGE."""
+        sq: Queue, monkeypatch: pytest.MonkeyPatch, run_rows: int,
+        files: list[tuple[int, int, int]]) -> None:
+    """Puts in several inbox files are ingested in id order: a writer per run of
+    consecutive put files of at least INGEST_RUN_ROWS tasks (one writer for
+    fewer), each writing files of TASK_FILE_ROWS consecutive ids from its run's
+    first. Files follow one another in id order, so a take of six leaves files
+    of its tasks only, and its ack removes them without a MERGE."""
     monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 3)
     monkeypatch.setattr(store.schema, "FEW_FILES", 0)  # statistics even for a few files
-    t = sq.create_tube("runs", "fifottl")
+    monkeypatch.setattr(ingesting, "INGEST_RUN_ROWS", run_rows)
+    name = f"runs{run_rows}"
+    t = sq.create_tube(name, "fifottl")
     for _ in range(2):
         t.put([{"n": i} for i in range(4)])
     ingest(t.context)
-    path = t.context.layout.tasks("runs")
-    runs = sorted((f["min_task_id"], f["max_task_id"], f["rows"])
-                  for f in t.context.layout.file_stats(path) if f["min_task_id"] >= 0)
-    assert runs == [(0, 2, 3), (3, 5, 3), (6, 7, 2)]
-    batch = ids(t.take(6))
-    before = t.context.layout.latest_version(path)
-    t.ack(batch)
-    assert operations(t, before) == [("DELETE", "ack")]
-
-
-def test_a_big_ingest_writes_its_runs_side_by_side_each_in_id_order(
-        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
-    """An ingest of more than INGEST_RUN_ROWS tasks is written by a writer per run
-    of consecutive put files: each run's files hold consecutive ids from the
-    run's first, so files still follow one another in id order."""
-    monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 3)
-    monkeypatch.setattr(store.schema, "FEW_FILES", 0)
-    monkeypatch.setattr(ingesting, "INGEST_RUN_ROWS", 4)
-    t = sq.create_tube("sides", "fifottl")
-    for _ in range(2):
-        t.put([{"n": i} for i in range(4)])
-    ingest(t.context)
-    path = t.context.layout.tasks("sides")
-    files = sorted((f["min_task_id"], f["max_task_id"], f["rows"])
-                   for f in t.context.layout.file_stats(path) if f["min_task_id"] >= 0)
-    assert files == [(0, 2, 3), (3, 3, 1), (4, 6, 3), (7, 7, 1)]
+    path = t.context.layout.tasks(name)
+    assert sorted((f["min_task_id"], f["max_task_id"], f["rows"])
+                  for f in t.context.layout.file_stats(path) if f["min_task_id"] >= 0) == files
     batch = ids(t.take(6))
     assert batch == list(range(6))
     before = t.context.layout.latest_version(path)
