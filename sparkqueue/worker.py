@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame
 from . import validate
 from .engine import ops, shards
 from .engine.take import take_once, take_with_acks
-from .errors import InvalidOption, QueueError
+from .errors import InvalidOption, QueueError, Timeout
 
 if TYPE_CHECKING:
     from .tube import Tube
@@ -73,7 +73,10 @@ class Consumer:
         The first retry waits ``retry_delay`` seconds, each next one twice as
         long, at most ``max_retry_delay`` (drivers with delays only).
     take_timeout
-        Seconds each take waits for tasks.
+        Seconds each take waits for tasks. A take that kept conflicting with
+        other consumers' commits for the tube's conflict timeout (``Timeout``)
+        is recorded in ``Progress.last_error`` and tried again: it took
+        nothing, and the tube is not idle.
     idle_timeout
         Stop after this many seconds without a task (0: at the first empty
         take; None: never).
@@ -131,7 +134,11 @@ class Consumer:
         try:
             idle_since = time.monotonic()
             while not self._stop.is_set():
-                batch = self._take()
+                try:
+                    batch = self._take()
+                except Timeout as e:  # other consumers' commits won every try: not idle
+                    self.progress.last_error = f"{type(e).__name__}: {e}"
+                    continue
                 taken = _taken_counts(batch)
                 if not taken:
                     if (self.idle_timeout is not None

@@ -14,7 +14,16 @@ from chispa import assert_df_equality
 from pyspark.sql import SparkSession
 
 import sparkqueue
-from sparkqueue import Consumer, FakeClock, InvalidOption, NotOwner, NotSupported, Queue
+from sparkqueue import (
+    Consumer,
+    FakeClock,
+    InvalidOption,
+    NotOwner,
+    NotSupported,
+    Queue,
+    Timeout,
+)
+from sparkqueue.engine import shards
 from sparkqueue.engine.ingest import live_tasks
 from sparkqueue.engine.take import take
 from tests.conftest import ids, versions
@@ -225,6 +234,29 @@ def test_a_consumer_whose_leases_ended_records_the_refused_acks_and_goes_on(
     assert seen == [[0, 1], [0, 1]], "refused acks, so the tasks came back (at-least-once)"
     assert "InvalidState" in (progress.last_error or "")
     assert progress.done == 2 and t.statistics()["calls"]["ack"] == 2
+
+
+def test_a_consumer_whose_take_kept_conflicting_records_it_and_takes_again(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Consumers of one shard race for its head: a take may lose every try until the
+    tube's conflict timeout. It took nothing; the consumer goes on, not idle."""
+    t = sq.create_tube("crowded", "fifottl")
+    t.put([{"n": i} for i in range(2)])
+    original = shards.take_any
+    lost: list[int] = []
+
+    def take_any(*args, **kwargs):  # type: ignore[no-untyped-def]
+        if not lost:  # the first take loses to other consumers' commits every time
+            lost.append(1)
+            raise Timeout("take on 'crowded' kept conflicting with concurrent commits")
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(shards, "take_any", take_any)
+    progress = Consumer(t, lambda batch: None, batch_size=2, take_timeout=0,
+                        idle_timeout=0).run()
+    assert progress.done == 2 and lost == [1]
+    assert "Timeout" in (progress.last_error or "")
+    assert t.statistics()["tasks"]["done"] == 2
 
 
 def test_consumer_stops_on_sigterm_and_a_raising_handler_fails_its_batch(sq: Queue) -> None:
