@@ -158,7 +158,7 @@ def runs(files: list[st.PutFile], next_id: int, least: int) -> list[list[st.PutF
 
 
 def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
-              columns: list[str] | None = None) -> DataFrame:
+                   columns: list[str] | None = None) -> DataFrame:
     """The rows of the inbox ``files`` as task rows (only ``columns`` when given).
 
     A task's id is its file's first id plus its place in the file

@@ -212,12 +212,12 @@ def tagging(spark: SparkSession, tag: CommitTag) -> Iterator[SparkSession]:
 
 
 @contextmanager
-def settings(spark: SparkSession, settings: dict[str, str]) -> Iterator[SparkSession]:
-    """``spark`` with ``settings`` for the block, then as it was: a block inside
+def settings(spark: SparkSession, values: dict[str, str]) -> Iterator[SparkSession]:
+    """``spark`` with ``values`` set for the block, then as it was: a block inside
     another (an operation a callback or a test runs while one is under way, in
     the same thread) leaves the outer one's tag in place."""
-    previous = {name: spark.conf.get(name, None) for name in settings}
-    for name, value in settings.items():
+    previous = {name: spark.conf.get(name, None) for name in values}
+    for name, value in values.items():
         spark.conf.set(name, value)
     try:
         yield spark
