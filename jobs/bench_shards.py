@@ -6,7 +6,9 @@ In one run:
   four-shard tube) by ``Consumer`` loops in batches of --shard-batch, each
   consumer a Python process with a local Spark of its own: four consumers on
   a four-shard tube, one consumer on a four-shard tube, and four consumers on
-  a tube of one shard (today's single tasks table). For each: tasks per
+  a tube of one shard (today's single tasks table, whose consumers conflict
+  at every commit: --shard-single-rows tasks, fewer, as it drains far more
+  slowly; its figures are rates all the same). For each: tasks per
   second from the moment all consumers are ready (session started, tube
   opened) to the last one's end, and Delta conflicts retried per take (by
   every consumer, over all their takes). Ratios: four consumers against one
@@ -161,16 +163,15 @@ def fill(sq: sparkqueue.Queue, name: str, rows: Any, shards: int,
 
 
 def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int, warmup: int,
-                 say: Any) -> dict[str, float]:
+                 say: Any, single_rows: int = 20_000) -> dict[str, float]:
     """The section's figures (see the module's docstring)."""
     sq = sparkqueue.connect(spark, root, owner="bench")
-    data = payload(spark, rows).localCheckpoint(eager=True)
     figures: dict[str, float] = {}
-    runs = {"shards_4x4": (CONSUMERS, SHARDS), "shards_1x4": (1, SHARDS),
-            "shards_4x1": (CONSUMERS, 1)}
-    for name, (count, shards) in runs.items():
-        say(f"{count} consumer(s) draining {rows} tasks of a tube of {shards} shard(s)")
-        fill(sq, name, data, shards)
+    runs = {"shards_4x4": (CONSUMERS, SHARDS, rows), "shards_1x4": (1, SHARDS, rows),
+            "shards_4x1": (CONSUMERS, 1, single_rows)}
+    for name, (count, shards, tasks) in runs.items():
+        say(f"{count} consumer(s) draining {tasks} tasks of a tube of {shards} shard(s)")
+        fill(sq, name, payload(spark, tasks).localCheckpoint(eager=True), shards)
         for key, value in drain_together(root, name, count, shards, batch, warmup).items():
             figures[f"{name}_{key}"] = value
             say(f"  {name}_{key}: {value:.3f}")
@@ -200,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ready", default=None)
     parser.add_argument("--go", default=None)
     parser.add_argument("--rows", type=int, default=200_000)
+    parser.add_argument("--single-rows", type=int, default=20_000,
+                        help="tasks of the drain by four consumers of a tube of one shard")
     parser.add_argument("--batch", type=int, default=1000)
     parser.add_argument("--utube-each", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=10_000,
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-shards-")
         figures = bench_shards(spark, f"{root}/queues", args.rows, args.batch,
                                args.utube_each, args.warmup,
-                               lambda line: print(line, flush=True))
+                               lambda line: print(line, flush=True), args.single_rows)
         for key, value in figures.items():
             print(f"  {key:<44} {value:.3f}")
         spark.stop()

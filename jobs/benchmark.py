@@ -271,6 +271,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                              "its timed drain")
     parser.add_argument("--shard-rows", type=int, default=200_000,
                         help="tasks of the shards section's drains")
+    parser.add_argument("--shard-single-rows", type=int, default=20_000,
+                        help="tasks of the shards section's drain of a tube of one shard "
+                             "by four consumers")
     parser.add_argument("--shard-batch", type=int, default=1000)
     parser.add_argument("--utube-each", type=int, default=20,
                         help="tasks per sub-queue in the shards section's utube drains")
@@ -348,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     if "shards" in sections:
         say(f"shards: consumers in Spark applications of their own, {args.shard_rows} tasks")
         figures.update(bench_shards(spark, f"{root}/shards", args.shard_rows,
-                                    args.shard_batch, args.utube_each, args.shard_warmup, say))
+                                    args.shard_batch, args.utube_each, args.shard_warmup, say,
+                                    args.shard_single_rows))
 
     if "s3" in sections:
         say(f"s3: a local S3 server beside a local folder, {args.s3_rows} tasks")

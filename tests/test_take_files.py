@@ -100,25 +100,51 @@ def test_a_requeued_task_is_taken_after_the_tasks_ahead_of_it(sq: Queue) -> None
     assert ids(t.take(1)) == [0]
 
 
-def test_a_take_whose_files_a_concurrent_take_changed_goes_the_usual_way_leasing_none_twice(
+def test_a_take_whose_files_a_concurrent_take_changed_takes_the_next_head_leasing_none_twice(
         sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     t = ingested(sq, "race", [{"n": i} for i in range(5)])
     accelerator = t.context.layout.accelerator
     assert accelerator is not None
     original = accelerator.replace_files
     stolen: list[list[int]] = []
+    commits: list[int] = []
 
     def replace_files(*args: Any, **kwargs: Any) -> int:
         if not stolen:  # the other consumer's own take goes straight through
             stolen.append([])
             stolen[0] = ids(t.take(1, owner="consumer-b"))
+        commits.append(len(commits))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(accelerator, "replace_files", replace_files)
-    assert ids(t.take(2)) == [1, 2], "after the conflict, the usual way"
+    retried = store.conflicts_retried()
+    assert ids(t.take(2)) == [1, 2], "after the conflict, the next head"
     assert stolen == [[0]]
     assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
-    assert t.statistics()["calls"]["take"] == 3
+    assert store.conflicts_retried() == retried + 1, "the conflict is retried and counted"
+    assert len(commits) == 3, "b's take, a's lost try, a's head-file take again: no UPDATE"
+
+
+def test_a_take_whose_commit_met_a_concurrent_ingest_tries_again_leasing_the_head_once(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = ingested(sq, "adding", [{"n": i} for i in range(3)])
+    accelerator = t.context.layout.accelerator
+    assert accelerator is not None
+    original = accelerator.replace_files
+    added: list[int] = []
+
+    def replace_files(*args: Any, **kwargs: Any) -> int:
+        if not added:  # a producer's put is ingested between the take's read and commit
+            added.append(t.put([{"n": 3}]).count())
+            ingest(t.context)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(accelerator, "replace_files", replace_files)
+    retried = store.conflicts_retried()
+    assert ids(t.take(2)) == [0, 1]
+    assert added == [1] and store.conflicts_retried() == retried + 1, \
+        "Delta checks a table without partitions as read whole: the ingest's files conflict"
+    assert ids(t.take(5)) == [2, 3]
 
 
 def test_a_consumers_take_removes_its_previous_batch_in_the_same_commit(sq: Queue) -> None:

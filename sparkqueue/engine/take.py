@@ -63,12 +63,13 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         fresh = take_fresh(ctx, take, n, win, who)
         if fresh is not None:
             return fresh
-    leased = take_files(ctx, take, n, who, acking)
+    deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
+    leased = take_files(ctx, take, n, who, acking, deadline)
     if leased is not None:
         return leased
     done = apply(ctx,
                  take, None, owner=who, chooser=chooser,
-                 deadline=ctx.deadline(wait if wait != float("inf") else 0.0),
+                 deadline=deadline,
                  collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
                  )
     return None if done is None else done[0]
@@ -211,7 +212,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
 
 
 def take_files(ctx: TubeContext, take: Op, n: int, who: str,
-               acking: list[int] | None) -> DataFrame | None:
+               acking: list[int] | None, deadline: float | None = None) -> DataFrame | None:
     """The take's tasks when file statistics show which files hold them: those
     files are rewritten in one commit, the leased tasks into files of their
     own, the others into others; ``acking``, when those are whole files
@@ -228,10 +229,14 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     None when it does not apply: the take then goes the usual way.
 
     The commit removes the files it read, so a concurrent commit that
-    changed any of their rows (removed them) makes it conflict; so may
-    other commits that added files (Delta's check of a table without
-    partitions). The take then goes the usual way, as :func:`take_fresh`
-    does, which such commits cannot starve.
+    removed one of them conflicts with it (another consumer's take of the
+    same head), and so does one that added files (Delta checks a table
+    without partitions as read whole: an ingest, another consumer's take).
+    The take then tries again on fresh statistics (the next head) until
+    ``deadline``, each try one commit and no Spark job before its write.
+    The UPDATE or MERGE would gain nothing: the same commits conflict with
+    its read predicate, and a take falling back to it lost to the others'
+    cheaper head-file takes until its tries ran out.
     """
     layout = ctx.layout
     accelerator = layout.accelerator
@@ -266,12 +271,8 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
         ctx.emit(result, "take")
         return result
 
-    try:
-        return ctx.guarded(attempt)
-    except Exception as e:
-        if st.is_conflict(e):
-            return None
-        raise
+    return ctx.guarded(lambda: st.retrying(
+        attempt, deadline=deadline or ctx.deadline(), what=f"take on {ctx.name!r}"))
 
 
 def file_rows(n: int) -> int:
