@@ -139,13 +139,15 @@ class Consumer:
                 except Timeout as e:  # other consumers' commits won every try: not idle
                     self.progress.last_error = f"{type(e).__name__}: {e}"
                     continue
-                taken = _taken_counts(batch)
+                known = ops.taken_ids(batch)  # else read, with the counts a failure needs
+                counts = _taken_counts(batch) if known is None else None
+                taken = sorted(counts or ()) if known is None else known
                 if not taken:
                     if (self.idle_timeout is not None
                             and time.monotonic() - idle_since >= self.idle_timeout):
                         break
                     continue
-                self._settle(batch, taken)
+                self._settle(batch, taken, counts)
                 idle_since = time.monotonic()
                 if self.report is not None:
                     self.report(self.progress)
@@ -192,8 +194,11 @@ class Consumer:
                                              self.take_timeout, who, window)
         return batch
 
-    def _settle(self, batch: DataFrame, taken: dict[int, int]) -> None:
-        """Run the handler on ``batch``; ack, release or bury each task by its outcome."""
+    def _settle(self, batch: DataFrame, taken: list[int], counts: dict[int, int] | None,
+                ) -> None:
+        """Run the handler on ``batch`` (the tasks ``taken``); ack, release or bury each
+        task by its outcome. ``counts``: each task's ``taken_count``, read from
+        ``batch`` here when None and a task failed."""
         try:
             outcome = self.handler(batch)
             failed = _ids(outcome) & set(taken)
@@ -201,15 +206,16 @@ class Consumer:
             self.progress.last_error = f"{type(e).__name__}: {e}"
             failed = set(taken)
         ok = sorted(set(taken) - failed)
-        bury = sorted(i for i in failed if taken[i] >= self.max_attempts)
+        attempts = (_taken_counts(batch) if failed and counts is None else counts) or {}
+        bury = sorted(i for i in failed if attempts[i] >= self.max_attempts)
         retry: dict[int, list[int]] = {}
         for i in sorted(failed - set(bury)):
-            retry.setdefault(taken[i], []).append(i)
+            retry.setdefault(attempts[i], []).append(i)
         self.progress.batches += 1
         self._acks = ok  # acked by the next take's commit (or when the loop ends)
         self.progress.buried += self._apply(self.tube.bury, bury)
-        for attempts, ids in retry.items():
-            delay = (min(self.max_retry_delay, self.retry_delay * 2 ** (attempts - 1))
+        for tries, ids in retry.items():
+            delay = (min(self.max_retry_delay, self.retry_delay * 2 ** (tries - 1))
                      if self.tube.driver.uses_ttl else None)
             self.progress.failed += self._apply(self.tube.release, ids, delay=delay)
 

@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube, store
+from sparkqueue.engine import ops
 from sparkqueue.engine.ingest import ingest, pending_rows
 from sparkqueue.store.txn import Accelerator
 
@@ -49,6 +50,7 @@ def test_a_take_of_new_puts_ingests_and_leases_in_one_commit(
     t.put([{"n": i} for i in range(3)], **put_opts)
     got = t.take(2, **take_opts)
     assert operations(t, before) == [("WRITE", "ingest+take")], "one commit, no MERGE"
+    assert ops.taken_ids(got) == [1, 2], "a run of ids: known from the commit, not read"
     expected = spark.createDataFrame([(1, "taken", "consumer-a", 1), (2, "taken", "consumer-a", 1)],
                                      "task_id long, status string, owner string, taken_count long")
     assert_df_equality(got.select(*expected.columns), expected, ignore_row_order=True,

@@ -13,12 +13,14 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkqueue import Consumer, Queue, QueueError, Tube, store
+from sparkqueue.engine import ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store.paths import writer_session
 
 from .conftest import ids
 from .test_ack_files import operations
+from .test_take_range import jobs_when_called
 
 
 @pytest.fixture(autouse=True)
@@ -69,17 +71,25 @@ def test_leased_tasks_get_files_of_their_own_which_their_ack_removes_whole(
 
 
 def test_a_take_cuts_the_ready_rows_it_rewrites_into_files_of_its_size(
-        sq: Queue, spark: SparkSession) -> None:
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     t = ingested(sq, "cut", [{"n": i} for i in range(2500)])  # one file
     assert store.TAKE_FILE_ROWS == 1000
-    assert ids(t.take(1000)) == list(range(1000))
+    first = t.take(1000)
+    assert ids(first) == list(range(1000))
+    assert ops.taken_ids(first) == list(range(1000)), "chosen within the file; as written"
     assert files_of(t) == [("ready", "ready", 1000, 1999), ("ready", "ready", 2000, 2499),
                            ("taken", "taken", 0, 999)]
-    assert ids(t.take(1000)) == list(range(1000, 2000))  # a whole file: nothing else rewritten
+    whole = t.take(1000)  # a whole file: nothing else rewritten, its ids known from statistics
+    assert ops.taken_ids(whole) == list(range(1000, 2000)) == ids(whole)
+    assert ops.taken_ids(whole.where("task_id < 1500")) is None, "another DataFrame"
     assert files_of(t) == [("ready", "ready", 2000, 2499), ("taken", "taken", 0, 999),
                            ("taken", "taken", 1000, 1999)]
     # the size was the take's write's alone: the writer session is as it was
     assert writer_session(spark).conf.get("spark.sql.files.maxRecordsPerFile", None) is None
+    jobs, before = jobs_when_called(spark, monkeypatch, "ack_files")
+    acked = t.ack(whole)
+    assert jobs == [before], "the ack's ids were the take's: no Spark job read them"
+    assert ids(acked) == list(range(1000, 2000))
 
 
 def test_the_take_chooses_by_priority_then_order_among_the_files_rows(sq: Queue) -> None:
@@ -88,7 +98,10 @@ def test_the_take_chooses_by_priority_then_order_among_the_files_rows(sq: Queue)
         t.put({"n": pri}, pri=pri)
     ingest(t.context)  # one file of all five, priorities mixed
     t.context.layout.file_stats(t.context.layout.tasks("pri"))
-    assert [r["data"]["n"] for r in t.take(2).orderBy("pri").collect()] == [0, 1]
+    two = t.take(2)
+    assert [r["data"]["n"] for r in two.orderBy("pri").collect()] == [0, 1]
+    assert ops.taken_ids(two) is None, "ids 1 and 3: not a run, so read, not assumed"
+    assert ids(t.ack(two)) == [1, 3]
     assert [r["data"]["n"] for r in t.take(1).collect()] == [2]
 
 
@@ -109,7 +122,7 @@ def test_a_take_whose_files_a_concurrent_take_changed_takes_the_next_head_leasin
     stolen: list[list[int]] = []
     commits: list[int] = []
 
-    def replace_files(*args: Any, **kwargs: Any) -> int:
+    def replace_files(*args: Any, **kwargs: Any) -> Any:
         if not stolen:  # the other consumer's own take goes straight through
             stolen.append([])
             stolen[0] = ids(t.take(1, owner="consumer-b"))
@@ -133,7 +146,7 @@ def test_a_take_whose_commit_met_a_concurrent_ingest_tries_again_leasing_the_hea
     original = accelerator.replace_files
     added: list[int] = []
 
-    def replace_files(*args: Any, **kwargs: Any) -> int:
+    def replace_files(*args: Any, **kwargs: Any) -> Any:
         if not added:  # a producer's put is ingested between the take's read and commit
             added.append(t.put([{"n": 3}]).count())
             ingest(t.context)

@@ -38,6 +38,7 @@ def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,
 
     batch = t.take(3)
     assert operations(t, before) == [("UPDATE", "take")]
+    assert ops.taken_ids(batch) == [0, 1, 2], "every id of the range leased: known, not read"
     rows = sorted((r["task_id"], r["status"], r["data"]["n"]) for r in batch.collect())
     assert rows == [(0, "taken", 0), (1, "taken", 1), (2, "taken", 2)]
     assert t.meta(1)["owner"] == "consumer-a" and t.meta(1)["ttr"] == 30
@@ -61,7 +62,7 @@ def racing(t: Tube, steal: int, monkeypatch: pytest.MonkeyPatch) -> list[list[in
     original = ops.update_range
     stolen: list[list[int]] = []
 
-    def update_range(*args: Any, **kwargs: Any) -> int:
+    def update_range(*args: Any, **kwargs: Any) -> tuple[int, int]:
         if not stolen:  # the other consumer's own take goes straight through
             stolen.append([])
             stolen[0] = ids(t.take(steal, owner="consumer-b"))
@@ -76,10 +77,12 @@ def test_a_take_whose_choice_a_concurrent_take_got_first_never_leases_twice(
     t = sq.create_tube("race", "fifo")
     t.put(list(range(5)))
     stolen = racing(t, 1, monkeypatch)
-    got = ids(t.take(3))
+    batch = t.take(3)
     assert stolen == [[0]]
-    assert got == [1, 2], "the rows still ready in the chosen range, none twice"
+    assert ids(batch) == [1, 2], "the rows still ready in the chosen range, none twice"
     assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
+    assert ops.taken_ids(batch) is None, "not the whole range: its ids are read, not assumed"
+    assert ids(t.ack(batch)) == [1, 2] and t.meta(0)["status"] == "taken"
 
     # all of the chosen range gone: Delta commits nothing and the take chooses again
     stolen = racing(t, 2, monkeypatch)

@@ -4,6 +4,7 @@ whole files) whose clauses carry the checks, all or nothing."""
 from __future__ import annotations
 
 import uuid
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -61,10 +62,45 @@ class Op:
 #: MERGE's choice would take two), larger ones stay in Spark.
 ACK_COLLECT_UPTO = 1_000_000
 
+#: The task ids of DataFrames a take returned, where its commit showed them: by
+#: identity (weakly), as a sorted list. See :func:`taken_ids`.
+_TAKEN_IDS: weakref.WeakKeyDictionary[DataFrame, list[int]] = weakref.WeakKeyDictionary()
+
+
+def taken_ids(frame: DataFrame) -> list[int] | None:
+    """The task ids of ``frame``, a take's result, when the take wrote them down
+    (:func:`note_taken_ids`); None for any other DataFrame, a filtered or joined
+    one too. What its ack (:func:`collected_ids`) and a ``Consumer``'s batch
+    read instead of running a Spark job."""
+    return _TAKEN_IDS.get(frame)
+
+
+def note_taken_ids(frame: DataFrame, ids: list[int] | None) -> None:
+    """Write down ``ids`` (sorted) as the task ids of ``frame``, a take's result, when
+    its commit showed them without reading its rows (None: it did not): every
+    task of a run of consecutive ids was leased (the range UPDATE's count, or
+    whole head files whose statistics show a run, :func:`id_run`). A take's
+    result is immutable (one commit's rows, read at that commit), so they
+    stay its ids."""
+    if ids is not None:
+        _TAKEN_IDS[frame] = ids
+
+
+def id_run(lo: int, hi: int, step: int, count: int) -> list[int] | None:
+    """The ids ``lo, lo + step, .. hi`` when ``count`` tasks were changed within them
+    and that is all of them; else None (some ids between are not among them)."""
+    run = list(range(lo, hi + 1, step))
+    return run if len(run) == count else None
+
+
 def collected_ids(frame: DataFrame) -> list[int] | DataFrame:
     """The task ids of ``frame`` as a sorted list (through Arrow: columnar, no Row
     per task); ``frame`` itself when they are too many or some are negative (the
-    MERGE then says which are missing). A NULL or non-integer id is refused."""
+    MERGE then says which are missing). A NULL or non-integer id is refused.
+    A take's result whose ids the take wrote down (:func:`taken_ids`) is not read."""
+    known = taken_ids(frame)
+    if known is not None:
+        return known
     table = (frame.select(F.col("task_id").try_cast("long"), F.col("task_id").try_cast("string"))
              .limit(ACK_COLLECT_UPTO + 1).toArrow())
     ids = table.column(0).to_pylist()
@@ -147,9 +183,12 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
                 base, lo, hi, counts, chosen_count = picked
                 if (op.by_range and not acking and not op.exclusive and not counts
                     and chosen_count == (hi - lo) // ctx.shards + 1):
-                    version = update_range(ctx, sess, op, lo, hi, who, tag, now, before)
-                    return layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
-                        *st.PUBLIC_COLUMNS), counts
+                    version, updated = update_range(ctx, sess, op, lo, hi, who, tag, now,
+                                                    before)
+                    changed = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
+                        *st.PUBLIC_COLUMNS)
+                    note_taken_ids(changed, id_run(lo, hi, ctx.shards, updated))
+                    return changed, counts
             chosen = base  # the op's own ids (without the acks riding along)
             acks = None
             if acking:
@@ -260,9 +299,9 @@ def lease_context(now: float, who: str) -> dict[str, str]:
 
 
 def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int, who: str,
-                 tag: CommitTag, now: float, before: int) -> int:
+                 tag: CommitTag, now: float, before: int) -> tuple[int, int]:
     """Apply a ``by_range`` op to the ids ``lo..hi`` (all chosen) as one UPDATE;
-    the version it committed.
+    the version it committed and how many rows it changed.
 
     Where a MERGE joins the chosen ids to the table, an UPDATE only filters
     its range. The rows it changes are those the guard passes in the
@@ -281,7 +320,7 @@ def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int,
         # every chosen row went stale between the choice and the UPDATE's snapshot
         # (Delta then commits nothing): choose again, as the MERGE's guard would
         raise st.StaleChoice(f"{op.name} of {lo}..{hi} on {ctx.name!r}")
-    return committed[0]
+    return committed[0], int(committed[1]["numUpdatedRows"])
 
 
 def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str]:

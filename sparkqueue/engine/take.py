@@ -16,7 +16,18 @@ from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
 from .ingest import empty, ingest, live_tasks, pending_rows
-from .ops import COLLECT_UPTO, Chosen, Op, acked_rows, action_set, apply, lease_context, pick
+from .ops import (
+    COLLECT_UPTO,
+    Chosen,
+    Op,
+    acked_rows,
+    action_set,
+    apply,
+    id_run,
+    lease_context,
+    note_taken_ids,
+    pick,
+)
 
 
 def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
@@ -207,6 +218,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         return None
     result = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
         *st.PUBLIC_COLUMNS)
+    note_taken_ids(result, id_run(lo, hi, ctx.shards, count))
     ctx.emit(result, "take")
     return result
 
@@ -259,7 +271,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
         extra = {"take": min(n, rows), **({"ack": len(acking)} if acking else {})}
         tag = CommitTag.new("take+ack" if acking else "take", **extra)
         with layout.tagged(tag) as sess:
-            version = accelerator.replace_files(
+            version, written = accelerator.replace_files(
                 txn, files, names + acked,
                 leasing(layout.read_task_files(path, names, sess), take, tag, n, rows, who, now),
                 tag, file_rows(n))
@@ -268,11 +280,25 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
                                 st.id_frame(ctx.spark, acking, ctx.shards)), "ack")
         result = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
             *st.PUBLIC_COLUMNS)
+        note_taken_ids(result, leased_run(written, min(n, rows), ctx.shards))
         ctx.emit(result, "take")
         return result
 
     return ctx.guarded(lambda: st.retrying(
         attempt, deadline=deadline or ctx.deadline(), what=f"take on {ctx.name!r}"))
+
+
+def leased_run(written: list[dict[str, Any]], count: int, step: int) -> list[int] | None:
+    """The ids a head-file take leased (``count`` tasks), from the statistics of the
+    files it wrote (``written``), when they show them: the files whose rows
+    are all ``taken`` (the leased tasks, written apart from the others) hold
+    ``count`` rows, ids a run ``step`` apart. None otherwise."""
+    leased = [f for f in written if f["min_status"] == "taken" == f["max_status"]
+              and f["rows"] is not None and f["min_task_id"] is not None]
+    if not leased or sum(f["rows"] for f in leased) != count:
+        return None
+    return id_run(min(f["min_task_id"] for f in leased),
+                  max(f["max_task_id"] for f in leased), step, count)
 
 
 def file_rows(n: int) -> int:

@@ -256,10 +256,12 @@ class Accelerator:
         return self._commit_actions(txn, actions, tag, deleted_rows=rows)
 
     def replace_files(self, txn: Any, files: dict[str, dict[str, Any]], removed: list[str],
-                      rows: DataFrame, tag: CommitTag, file_rows: int) -> int:
+                      rows: DataFrame, tag: CommitTag, file_rows: int,
+                      ) -> tuple[int, list[dict[str, Any]]]:
         """Commit in ``txn`` the data files ``removed`` (their statistics in ``files``,
         as :meth:`files_at` gives them) gone and ``rows`` written in their
-        place, in files of at most ``file_rows`` rows; the version committed.
+        place, in files of at most ``file_rows`` rows; the version committed,
+        and the statistics of the files written (``stats_of``).
 
         Each of ``rows``' partitions is written to files of its own, so rows
         the caller keeps in separate partitions (a union keeps its inputs'
@@ -270,9 +272,10 @@ class Accelerator:
         """
         actions = self.jvm.java.util.ArrayList()
         self._write(txn, rows, file_rows, actions)
+        written = [stats_of(actions.get(i).stats()) for i in range(actions.size())]
         for name in removed:
             actions.add(self._removal(name, files[name]))
-        return self._commit_actions(txn, actions, tag, updated=True)
+        return self._commit_actions(txn, actions, tag, updated=True), written
 
     def _removal(self, name: str, file: dict[str, Any]) -> Any:
         """The ``remove`` action of the data file ``name`` (``file``: its statistics)."""
