@@ -7,6 +7,7 @@ tasks by priority and order, counted as takes, never leased twice.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -113,46 +114,50 @@ def test_a_requeued_task_is_taken_after_the_tasks_ahead_of_it(sq: Queue) -> None
     assert ids(t.take(1)) == [0]
 
 
-def test_a_take_whose_files_a_concurrent_take_changed_takes_the_next_head_leasing_none_twice(
-        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
-    t = ingested(sq, "race", [{"n": i} for i in range(5)])
+def before_its_commit(t: Tube, monkeypatch: pytest.MonkeyPatch,
+                      meanwhile: Callable[[], None]) -> list[int]:
+    """Run ``meanwhile`` (another process's commit) once, between the next head-file
+    take's read of its files and its commit; the head-file commits tried since,
+    counted as they start (``meanwhile``'s own among them)."""
     accelerator = t.context.layout.accelerator
     assert accelerator is not None
     original = accelerator.replace_files
-    stolen: list[list[int]] = []
     commits: list[int] = []
 
     def replace_files(*args: Any, **kwargs: Any) -> Any:
-        if not stolen:  # the other consumer's own take goes straight through
-            stolen.append([])
-            stolen[0] = ids(t.take(1, owner="consumer-b"))
         commits.append(len(commits))
+        if len(commits) == 1:
+            meanwhile()
         return original(*args, **kwargs)
 
     monkeypatch.setattr(accelerator, "replace_files", replace_files)
+    return commits
+
+
+def test_a_take_whose_files_a_concurrent_take_changed_takes_the_next_head_leasing_none_twice(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    t = ingested(sq, "race", [{"n": i} for i in range(5)])
+    stolen: list[list[int]] = []
+    commits = before_its_commit(
+        t, monkeypatch, lambda: stolen.append(ids(t.take(1, owner="consumer-b"))))
     retried = store.conflicts_retried()
     assert ids(t.take(2)) == [1, 2], "after the conflict, the next head"
     assert stolen == [[0]]
     assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
     assert store.conflicts_retried() == retried + 1, "the conflict is retried and counted"
-    assert len(commits) == 3, "b's take, a's lost try, a's head-file take again: no UPDATE"
+    assert len(commits) == 3, "a's lost try, b's take, a's head-file take again: no UPDATE"
 
 
 def test_a_take_whose_commit_met_a_concurrent_ingest_tries_again_leasing_the_head_once(
         sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     t = ingested(sq, "adding", [{"n": i} for i in range(3)])
-    accelerator = t.context.layout.accelerator
-    assert accelerator is not None
-    original = accelerator.replace_files
     added: list[int] = []
 
-    def replace_files(*args: Any, **kwargs: Any) -> Any:
-        if not added:  # a producer's put is ingested between the take's read and commit
-            added.append(t.put([{"n": 3}]).count())
-            ingest(t.context)
-        return original(*args, **kwargs)
+    def put_and_ingest() -> None:  # a producer's put, ingested
+        added.append(t.put([{"n": 3}]).count())
+        ingest(t.context)
 
-    monkeypatch.setattr(accelerator, "replace_files", replace_files)
+    before_its_commit(t, monkeypatch, put_and_ingest)
     retried = store.conflicts_retried()
     assert ids(t.take(2)) == [0, 1]
     assert added == [1] and store.conflicts_retried() == retried + 1, \
@@ -218,3 +223,27 @@ def test_a_file_with_a_deletion_vector_is_not_taken_from_its_statistics(
     t.bury(2)  # a MERGE that marks the ready row deleted in its file
     assert ids(t.take(10)) == [0, 1, 3, 4, 5]
     assert t.meta(2)["status"] == "buried"
+
+
+def test_a_deletion_vector_leaves_statistics_unknown_from_a_checkpoint_and_a_state_read(
+        sq: Queue, spark: SparkSession) -> None:
+    """The other two ways file statistics are read, besides the commits: a checkpoint
+    (the portable engine's, ``checkpoint_stats``) and the snapshot's state (the
+    accelerator's, ``load_file_stats``). Each keeps a vectored file's rows unknown."""
+    t = ingested(sq, "checkpointed", [{"n": i} for i in range(6)])
+    path = t.context.layout.tasks("checkpointed")
+    spark.sql(f"ALTER TABLE delta.`{path}` SET TBLPROPERTIES "
+              "('delta.enableDeletionVectors' = 'true', 'delta.checkpointInterval' = '1')")
+    t.bury(2)  # a MERGE that marks the ready row deleted in its file, then a checkpoint
+    log = t.context.layout
+    accelerator = log.accelerator
+    assert accelerator is not None
+    latest = log.latest_version(path)
+    from_checkpoint = log.checkpoint_stats(path, latest)
+    from_state = accelerator.load_file_stats(path)
+    assert from_checkpoint is not None and from_state is not None
+    assert from_checkpoint[0] == from_state[0] == latest
+    for files in (from_checkpoint[1], from_state[1]):
+        vectored = [f for f in files.values() if f["rows"] is None]
+        assert len(vectored) == 1 and vectored[0]["min_task_id"] == 0, \
+            "the file of tasks 0 to 5, one of them deleted by its vector"
