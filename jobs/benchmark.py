@@ -38,8 +38,9 @@ a one-row MERGE plus a one-row UPDATE.
 
 The shards section (jobs/bench_shards.py) runs four consumers, each a Spark
 application of its own, on a four-shard tube against one consumer, and
-against four on a tube of one shard: tasks per second and conflicts per take;
-and the same for sub-queues taken with window 1.
+against four on a tube of one shard (--shard-single-rows tasks, as it drains
+far more slowly): tasks per second and conflicts per take; and the same for
+sub-queues taken with window 1.
 
 The s3 section (jobs/bench_s3.py) runs take(1,000) and a Consumer drain on a
 local S3-compatible server (versitygw, started for it) beside a local folder,
