@@ -174,7 +174,10 @@ class Consumer:
         who = home.who(self.owner)
         window = int(home.default("window") or 1)
         if acks:  # with the take in one commit, when both are whole files
-            batch = take_with_acks(home, self.batch_size, who, acks)
+            try:
+                batch = take_with_acks(home, self.batch_size, who, acks)
+            except Timeout:  # lost every try to other consumers: the acks go below
+                batch = None
             if batch is not None:
                 self.progress.done += len(acks)
                 return batch

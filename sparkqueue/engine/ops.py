@@ -89,8 +89,7 @@ def note_taken_ids(frame: DataFrame, ids: list[int] | None) -> None:
 def id_run(lo: int, hi: int, step: int, count: int) -> list[int] | None:
     """The ids ``lo, lo + step, .. hi`` when ``count`` tasks were changed within them
     and that is all of them; else None (some ids between are not among them)."""
-    run = list(range(lo, hi + 1, step))
-    return run if len(run) == count else None
+    return list(range(lo, hi + 1, step)) if count == (hi - lo) // step + 1 else None
 
 
 def collected_ids(frame: DataFrame) -> list[int] | DataFrame:
@@ -99,7 +98,7 @@ def collected_ids(frame: DataFrame) -> list[int] | DataFrame:
     MERGE then says which are missing). A NULL or non-integer id is refused.
     A take's result whose ids the take wrote down (:func:`taken_ids`) is not read."""
     known = taken_ids(frame)
-    if known is not None:
+    if known is not None and len(known) <= ACK_COLLECT_UPTO:
         return known
     table = (frame.select(F.col("task_id").try_cast("long"), F.col("task_id").try_cast("string"))
              .limit(ACK_COLLECT_UPTO + 1).toArrow())

@@ -132,9 +132,10 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFr
 
     The commit has read the whole tasks table (:meth:`Layout.reading_all`),
     so the leases it saw and the cursor it read stay true until it
-    commits, or it conflicts. A conflict also sends the take the usual
-    way (ingest, then MERGE), which other commits cannot starve as they
-    could a transaction that reads everything.
+    commits, or it conflicts. A conflict sends the take the usual way
+    (ingest, then :func:`take_files` or the UPDATE or MERGE) rather than
+    trying again: a transaction that reads everything conflicts with any
+    other commit, so retried it could be starved.
     """
     driver = ctx.driver
     if not (driver.head_only or driver.sub_queue_heads) or ctx.layout.accelerator is None:
@@ -190,7 +191,8 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                 {**dict(tag.extra), **counts, "take": count}.items())))
             sess.conf.set(st.USER_METADATA, tag.json())
             action = action_set(take, tag, lease_context(now, who))
-            if count == (hi - lo) // ctx.shards + 1:  # a run of ids: no join
+            run = id_run(lo, hi, ctx.shards, count)
+            if run is not None:  # a run of ids: no join
                 marked = pending.withColumn("arg_take",
                                             F.expr(f"task_id BETWEEN {lo} AND {hi}"))
             else:
@@ -218,7 +220,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         return None
     result = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
         *st.PUBLIC_COLUMNS)
-    note_taken_ids(result, id_run(lo, hi, ctx.shards, count))
+    note_taken_ids(result, run)
     ctx.emit(result, "take")
     return result
 
@@ -245,7 +247,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     same head), and so does one that added files (Delta checks a table
     without partitions as read whole: an ingest, another consumer's take).
     The take then tries again on fresh statistics (the next head) until
-    ``deadline``, each try one commit and no Spark job before its write.
+    ``deadline``, each try an ingest check and one commit.
     The UPDATE or MERGE would gain nothing: the same commits conflict with
     its read predicate, and a take falling back to it lost to the others'
     cheaper head-file takes until its tries ran out.
@@ -257,7 +259,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     path = layout.tasks(ctx.key)
 
     def attempt() -> DataFrame | None:
-        ingest(ctx)  # a conflict with another's ingest sends the take the usual way
+        ingest(ctx)  # a conflict with another's ingest is retried as the commit's is
         txn = accelerator.start_transaction(path)
         if accelerator.keeps_feed(txn):
             return None  # the feed's rows are Delta's to write

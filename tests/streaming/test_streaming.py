@@ -22,10 +22,12 @@ from sparkqueue import (
     NotSupported,
     Queue,
     Timeout,
+    worker,
 )
 from sparkqueue.engine import shards
 from sparkqueue.engine.ingest import live_tasks
 from sparkqueue.engine.take import take
+from sparkqueue.engine.take import take_with_acks as take_with_acks_of_the_engine
 from tests.conftest import ids, versions
 
 from ..jvm import short_lived
@@ -257,6 +259,30 @@ def test_a_consumer_whose_take_kept_conflicting_records_it_and_takes_again(
     assert progress.done == 2 and lost == [1]
     assert "Timeout" in (progress.last_error or "")
     assert t.statistics()["tasks"]["done"] == 2
+
+
+def test_a_consumer_whose_take_with_acks_kept_conflicting_still_acks_the_batch(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The take that carries the previous batch's acks loses every try: the acks are
+    committed on their own, and the next take goes on; nothing is left leased."""
+    t = sq.create_tube("acking", "fifottl")
+    t.put([{"n": i} for i in range(4)])
+    original = take_with_acks_of_the_engine
+    lost: list[list[int]] = []
+
+    def take_with_acks(ctx, n, who, acking):  # type: ignore[no-untyped-def]
+        if not lost:
+            lost.append(list(acking))
+            raise Timeout("take on 'acking' kept conflicting with concurrent commits")
+        return original(ctx, n, who, acking)
+
+    monkeypatch.setattr(worker, "take_with_acks", take_with_acks)
+    progress = Consumer(t, lambda batch: None, batch_size=2, take_timeout=0,
+                        idle_timeout=0).run()
+    assert lost == [[0, 1]], "the second batch's take carried the first batch's acks"
+    assert progress.done == 4
+    stats = t.statistics()["tasks"]
+    assert stats["done"] == 4 and stats["taken"] == 0
 
 
 def test_consumer_stops_on_sigterm_and_a_raising_handler_fails_its_batch(sq: Queue) -> None:
