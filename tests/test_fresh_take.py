@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube, store
+from sparkqueue.engine import ingest as ingesting
 from sparkqueue.engine import ops
 from sparkqueue.engine.ingest import ingest, pending_rows
 from sparkqueue.store.txn import Accelerator
@@ -165,3 +166,35 @@ def test_a_fresh_take_writes_runs_of_ids_so_its_ack_removes_whole_files(
     assert runs == [(1, 3, "taken", "taken"), (4, 6, "taken", "taken"), (7, 8, "ready", "ready")]
     t.ack(list(range(1, 7)))
     assert operations(t, before) == [("WRITE", "ingest+take"), ("DELETE", "ack")]
+
+
+def test_a_new_tubes_first_take_adds_the_payload_column_in_its_one_commit(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new tube's tasks table has no payload column until its first ingest. Its
+    first take adds it in the ingest+take commit, with the schema an ingest's
+    append gives it (``mergeSchema``), and writes runs of puts side by side,
+    each file holding consecutive ids, as an ingest does."""
+    monkeypatch.setattr(ingesting, "INGEST_RUN_ROWS", 2)
+    monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 2)
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)
+    fresh, alone = (sq.create_tube(name, "fifottl", change_feed=True)
+                    for name in ("first", "alone"))
+    for t in (fresh, alone):
+        t.put([{"n": 1, "s": "x"}, {"n": 2, "s": None}])
+        t.put([{"n": i, "s": "y"} for i in range(3, 6)])
+    assert ids(fresh.take(3)) == [0, 1, 2]
+    assert operations(fresh, 0) == [("WRITE", "ingest+take")], "one commit, no ingest before"
+    ingest(alone.context)
+    assert operations(alone, 0) == [("WRITE", "ingest")]
+    layout = fresh.context.layout
+
+    def schema(t: Tube) -> Any:
+        return spark.read.format("delta").load(layout.tasks(t.name)).schema
+
+    assert schema(fresh) == schema(alone)
+    files = sorted((f["min_task_id"], f["max_task_id"]) for f in layout.file_stats(
+        layout.tasks("first")) if f["min_task_id"] >= 0)
+    assert files == [(0, 1), (2, 3), (4, 4)], "a run per put, each in id order"
+    assert [r["data"]["s"] for r in fresh.peek([0, 1, 2, 3, 4]).orderBy("task_id").collect()] == [
+        "x", None, "y", "y", "y"]
+    assert ids(fresh.take(5)) == [3, 4]

@@ -24,8 +24,10 @@ from .test_ack_files import operations
 
 @pytest.fixture(autouse=True)
 def by_update(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Takes go the UPDATE or MERGE way, not the accelerator's file rewrite."""
+    """Takes go the UPDATE or MERGE way, not the accelerator's file rewrite nor
+    its ingest+take (a new tube's first take)."""
     monkeypatch.setattr(taking, "take_files", lambda *args, **kwargs: None)
+    monkeypatch.setattr(taking, "take_fresh", lambda *args, **kwargs: None)
 
 
 def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,

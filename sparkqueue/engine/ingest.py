@@ -192,6 +192,14 @@ def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile
     return task_columns(rows, columns)
 
 
+def run_frames(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
+               next_id: int) -> list[DataFrame]:
+    """The task rows of the put ``files`` (``next_id`` after the last), a DataFrame
+    per run (:func:`runs`) for an ingest to write side by side; none for no files."""
+    return [tasks_of_files(ctx, spark, run) for run in runs(files, next_id, INGEST_RUN_ROWS)
+            if run]
+
+
 def ingest(ctx: TubeContext) -> None:
     """Move tasks put since the last ingest into the tasks table, exactly once."""
     layout = ctx.layout
@@ -209,8 +217,7 @@ def ingest(ctx: TubeContext) -> None:
         tag = CommitTag.new("ingest", upto=upto, next_id=next_id)
         with layout.tagged(tag) as sess:
             layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id),
-                                [tasks_of_files(ctx, sess, run)
-                                 for run in runs(files, next_id, INGEST_RUN_ROWS)])
+                                run_frames(ctx, sess, files, next_id))
         # the append is skipped when another process ingested from this cursor
         # first, maybe up to an older version: then only the cursor tells
         if not any(tag.token in (info.get("userMetadata") or "")

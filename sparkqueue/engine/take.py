@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -15,7 +16,7 @@ from .. import store as st
 from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .ingest import empty, ingest, live_tasks, pending_rows
+from .ingest import empty, ingest, live_tasks, run_frames
 from .ops import (
     COLLECT_UPTO,
     Chosen,
@@ -168,13 +169,15 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     if cursor.version >= upto:
         ctx.ingested_upto = upto
         return None
-    _, next_id = layout.put_files(ctx.key, cursor, upto)
+    puts, next_id = layout.put_files(ctx.key, cursor, upto)
     tag = CommitTag.new("ingest+take", upto=upto, next_id=next_id)
     with layout.tagged(tag) as sess:
-        pending = pending_rows(ctx, sess, cursor, upto)
-        if pending is None or not accelerator.fits(txn, pending):
+        parts = run_frames(ctx, sess, puts, next_id)
+        if not parts or not accelerator.fits(txn, parts[0]):
             return None
-        pending = pending.localCheckpoint()  # read by the choice and the write
+        if len(parts) == 1:  # read by the choice and the write; big ones are read twice
+            parts = [parts[0].localCheckpoint()]
+        pending = reduce(DataFrame.unionByName, parts)
         live = pending.withColumn("eff", F.expr(effective_status(now)))
         held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
                 if ctx.driver.sub_queue_heads else [])
@@ -184,7 +187,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             live = live.unionByName(leased.where("eff = 'taken'"))
         picked = pick(sess, now, None, lambda _: ctx.driver.choose(live, n, win),
                       n if n <= COLLECT_UPTO else 0)
-        rows, changes = pending, pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
+        rows, changes = parts, pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
         if picked is not None:
             chosen, lo, hi, counts, count = picked
             tag = CommitTag(tag.op, tag.token, tuple(sorted(
@@ -192,11 +195,12 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             sess.conf.set(st.USER_METADATA, tag.json())
             action = action_set(take, tag, lease_context(now, who))
             run = id_run(lo, hi, ctx.shards, count)
-            if run is not None:  # a run of ids: no join
-                marked = pending.withColumn("arg_take",
-                                            F.expr(f"task_id BETWEEN {lo} AND {hi}"))
-            else:
-                marked = pending.join(F.broadcast(chosen.select(
+
+            def marked(frame: DataFrame) -> DataFrame:
+                """``frame`` with ``arg_take``: whether the take leases the row."""
+                if run is not None:  # a run of ids: no join
+                    return frame.withColumn("arg_take", F.expr(f"task_id BETWEEN {lo} AND {hi}"))
+                return frame.join(F.broadcast(chosen.select(
                     "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
 
             def with_take(frame: DataFrame, where: str, *extra: str) -> DataFrame:
@@ -205,11 +209,11 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                     f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}"
                     if c in action else c for c in pending.columns], *extra)
 
-            rows = with_take(marked, "t.arg_take")
+            rows = [with_take(marked(part), "t.arg_take") for part in parts]
             # The feed, in one pass over the puts: each put's insert, and a taken
             # one's post-image. No pre-image: it would repeat the insert, a state
             # no version held, and changes() reads inserts and post-images only.
-            changes = with_take(marked.withColumn(st.CHANGE_TYPE, F.explode(F.expr(
+            changes = with_take(marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
                 "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
                 "ELSE array('insert') END"))),
                                 f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)

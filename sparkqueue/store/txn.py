@@ -63,17 +63,26 @@ class Accelerator:
 
     @staticmethod
     def fits(txn: Any, frame: DataFrame) -> bool:
-        """Whether ``frame`` has the columns of ``txn``'s table, by name and type (an
-        append in ``txn`` cannot evolve the schema as ``mergeSchema`` does)."""
-        table = T.StructType.fromJson(json.loads(txn.metadata().schema().json()))
-        return fields_of(table) == fields_of(frame.schema)
+        """Whether ``frame`` has the columns of ``txn``'s table, by name and type, or
+        those and a payload (``data``, last) where the table has none yet (a new
+        tube's first ingest: :meth:`commit_ingest` adds it as ``mergeSchema``
+        would; an append in ``txn`` cannot evolve the schema otherwise)."""
+        table = fields_of(_schema(txn))
+        have = fields_of(frame.schema)
+        if "data" not in dict(table) and have and have[-1][0] == "data":
+            have = have[:-1]
+        return have == table
 
     def commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
-                      rows: DataFrame, changes: DataFrame | None, tag: CommitTag) -> int:
-        """Commit in ``txn`` (see :meth:`reading_all`) the ingest of ``rows`` from
-        ``since`` to ``cursor``, some maybe already changed by the same commit
-        (then ``changes``: its change feed rows, with ``_change_type``, written
-        when the table keeps a change feed); the version committed.
+                      runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag) -> int:
+        """Commit in ``txn`` (see :meth:`reading_all`) the ingest of ``runs`` (task
+        rows, each a run of consecutive ids, written side by side as
+        :func:`ingest_frame` lays them out) from ``since`` to ``cursor``, some
+        maybe already changed by the same commit (then ``changes``: its change
+        feed rows, with ``_change_type``, written when the table keeps a change
+        feed); the version committed. On a table with no payload column yet
+        (a new tube), the commit adds the rows' as an append with
+        ``mergeSchema`` would.
 
         It records the ingest transaction id as :meth:`write_marker` does, so
         an ingest from the same cursor by that way is skipped or conflicts.
@@ -84,7 +93,15 @@ class Accelerator:
         actions = self.jvm.java.util.ArrayList()
         actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
                                           "lastUpdated": int(time.time() * 1000)}}))
-        frame = ingest_frame([rows], cursor)
+        table = _schema(txn)
+        if "data" not in table.fieldNames():  # the tube's first ingest: add its payload
+            data = runs[0].schema["data"].jsonValue()
+            meta = json.loads(txn.metadata().json())
+            meta["metaData"]["schemaString"] = json.dumps(
+                {**table.jsonValue(), "fields": [*table.jsonValue()["fields"],
+                                                 {**data, "nullable": True}]})
+            txn.updateMetadata(self._action(meta), False)
+        frame = ingest_frame(runs, cursor)
         if changes is not None and self.keeps_feed(txn):
             # one write: Delta sends the rows with a change type to the change feed's files
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
@@ -306,6 +323,11 @@ class Accelerator:
         ).collect()
         return version, {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS},
                                      "size": r["size"]} for r in rows}  # as file_entry
+
+
+def _schema(txn: Any) -> T.StructType:
+    """The table schema of ``txn`` (its snapshot's, or what the transaction set)."""
+    return T.StructType.fromJson(json.loads(txn.metadata().schema().json()))
 
 
 def fields_of(table: T.StructType) -> list[tuple[str, str]]:
