@@ -55,6 +55,8 @@ from .jvm import HadoopFiles, delta_classes, jvm_of
 from .log import LogReader, commit_info
 from .paths import NO_TABLE, append, shard_key
 from .schema import (
+    CHECKPOINT_INTERVAL,
+    COMMITS_PER_CHECKPOINT,
     CREATE_PATIENCE,
     INBOX_COLUMNS,
     INGEST_TXN,
@@ -168,7 +170,8 @@ class Layout(LogReader):
             # files the log names, and min/max per column would cost every put.
             {"delta.enableDeletionVectors": "true",
              "delta.autoOptimize.autoCompact": "false",
-             "delta.dataSkippingNumIndexedCols": "0"},
+             "delta.dataSkippingNumIndexedCols": "0",
+             CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)},
             self.exists,
         )
         _create_table(
@@ -181,6 +184,7 @@ class Layout(LogReader):
                 # transaction id (see write_marker), so there is nothing to expire.
                 FEED: str(change_feed).lower(),
                 "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
+                CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT),
             },
             self.exists,
         )

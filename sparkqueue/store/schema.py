@@ -103,6 +103,15 @@ PUBLIC_COLUMNS = ["task_id", "status", "data", "pri", "utube", "owner", "created
 #: so each file covers a narrow task_id range and MERGE bounds prune the rest.
 TASK_FILE_ROWS = 20_000
 
+#: Commits between Delta checkpoints of a tube's tables (Delta's default: 10). A
+#: queue commits often and small (two a batch for take and ack), and the commit
+#: that writes a checkpoint rebuilds the table's state and writes it in Spark
+#: jobs, many times a plain commit's cost. More commits between checkpoints
+#: cost a longer replay of small JSON commits where a statement rebuilds the
+#: state (release, bury) or a reader is new (docs/design.md, the profile).
+COMMITS_PER_CHECKPOINT = 100
+CHECKPOINT_INTERVAL = "delta.checkpointInterval"
+
 #: The fewest rows per file a take of the head files writes (see
 #: ``engine.take.take_files``): a take of ``n`` writes files of
 #: ``max(n, TAKE_FILE_ROWS)`` rows, at most ``TASK_FILE_ROWS``.
