@@ -93,6 +93,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
+from sparkqueue import s3gateway
 from sparkqueue.store import TASK_FILE_ROWS
 
 #: the benchmark's sections, in the order they run
@@ -311,6 +312,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if "s3" in args.sections.split(","):
+        s3gateway.binary()  # missing: say so now, not after the sections before it
 
     root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-")
     spark = sparkqueue.session(app_name="sparkqueue-benchmark",

@@ -173,7 +173,8 @@ def test_a_new_tubes_first_take_adds_the_payload_column_in_its_one_commit(
     """A new tube's tasks table has no payload column until its first ingest. Its
     first take adds it in the ingest+take commit, with the schema an ingest's
     append gives it (``mergeSchema``), and writes runs of puts side by side,
-    each file holding consecutive ids, as an ingest does."""
+    each file holding consecutive ids, as an ingest does; the leased run of
+    ids apart from the rest, so that its ack removes whole files."""
     monkeypatch.setattr(ingesting, "INGEST_RUN_ROWS", 2)
     monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 2)
     monkeypatch.setattr(store.schema, "FEW_FILES", 0)
@@ -194,7 +195,9 @@ def test_a_new_tubes_first_take_adds_the_payload_column_in_its_one_commit(
     assert schema(fresh) == schema(alone)
     files = sorted((f["min_task_id"], f["max_task_id"]) for f in layout.file_stats(
         layout.tasks("first")) if f["min_task_id"] >= 0)
-    assert files == [(0, 1), (2, 3), (4, 4)], "a run per put, each in id order"
+    assert files == [(0, 1), (2, 2), (3, 4)], "a run per put, the leased ids apart"
     assert [r["data"]["s"] for r in fresh.peek([0, 1, 2, 3, 4]).orderBy("task_id").collect()] == [
         "x", None, "y", "y", "y"]
+    fresh.ack([0, 1, 2])
+    assert operations(fresh, 1) == [("DELETE", "ack")], "whole files: no MERGE"
     assert ids(fresh.take(5)) == [3, 4]

@@ -193,11 +193,14 @@ def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile
 
 
 def run_frames(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
-               next_id: int) -> list[DataFrame]:
+               next_id: int) -> list[tuple[DataFrame, int, int]]:
     """The task rows of the put ``files`` (``next_id`` after the last), a DataFrame
-    per run (:func:`runs`) for an ingest to write side by side; none for no files."""
-    return [tasks_of_files(ctx, spark, run) for run in runs(files, next_id, INGEST_RUN_ROWS)
-            if run]
+    per run (:func:`runs`) for an ingest to write side by side, each with the
+    task ids it spans (its first, and the next run's first); none for no files."""
+    grouped = [run for run in runs(files, next_id, INGEST_RUN_ROWS) if run]
+    ends = [*[run[0].first_id for run in grouped[1:]], next_id]
+    return [(tasks_of_files(ctx, spark, run), ctx.task_id(run[0].first_id), ctx.task_id(end))
+            for run, end in zip(grouped, ends, strict=True)]
 
 
 def ingest(ctx: TubeContext) -> None:
@@ -217,7 +220,7 @@ def ingest(ctx: TubeContext) -> None:
         tag = CommitTag.new("ingest", upto=upto, next_id=next_id)
         with layout.tagged(tag) as sess:
             layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id),
-                                run_frames(ctx, sess, files, next_id))
+                                [frame for frame, _, _ in run_frames(ctx, sess, files, next_id)])
         # the append is skipped when another process ingested from this cursor
         # first, maybe up to an older version: then only the cursor tells
         if not any(tag.token in (info.get("userMetadata") or "")

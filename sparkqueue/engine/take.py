@@ -172,12 +172,12 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     puts, next_id = layout.put_files(ctx.key, cursor, upto)
     tag = CommitTag.new("ingest+take", upto=upto, next_id=next_id)
     with layout.tagged(tag) as sess:
-        parts = run_frames(ctx, sess, puts, next_id)
-        if not parts or not accelerator.fits(txn, parts[0]):
+        spans = run_frames(ctx, sess, puts, next_id)
+        if not spans or not accelerator.fits(txn, spans[0][0]):
             return None
-        if len(parts) == 1:  # read by the choice and the write; big ones are read twice
-            parts = [parts[0].localCheckpoint()]
-        pending = reduce(DataFrame.unionByName, parts)
+        if len(spans) == 1:  # read by the choice and the write; big ones are read again
+            spans = [(spans[0][0].localCheckpoint(), *spans[0][1:])]
+        pending = reduce(DataFrame.unionByName, [frame for frame, _, _ in spans])
         live = pending.withColumn("eff", F.expr(effective_status(now)))
         held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
                 if ctx.driver.sub_queue_heads else [])
@@ -187,36 +187,16 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             live = live.unionByName(leased.where("eff = 'taken'"))
         picked = pick(sess, now, None, lambda _: ctx.driver.choose(live, n, win),
                       n if n <= COLLECT_UPTO else 0)
-        rows, changes = parts, pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
+        rows = [frame for frame, _, _ in spans]
+        changes = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
         if picked is not None:
             chosen, lo, hi, counts, count = picked
             tag = CommitTag(tag.op, tag.token, tuple(sorted(
                 {**dict(tag.extra), **counts, "take": count}.items())))
             sess.conf.set(st.USER_METADATA, tag.json())
-            action = action_set(take, tag, lease_context(now, who))
             run = id_run(lo, hi, ctx.shards, count)
-
-            def marked(frame: DataFrame) -> DataFrame:
-                """``frame`` with ``arg_take``: whether the take leases the row."""
-                if run is not None:  # a run of ids: no join
-                    return frame.withColumn("arg_take", F.expr(f"task_id BETWEEN {lo} AND {hi}"))
-                return frame.join(F.broadcast(chosen.select(
-                    "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
-
-            def with_take(frame: DataFrame, where: str, *extra: str) -> DataFrame:
-                """``frame``'s task columns, with the take's SET where ``where``."""
-                return frame.alias("t").selectExpr(*[
-                    f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}"
-                    if c in action else c for c in pending.columns], *extra)
-
-            rows = [with_take(marked(part), "t.arg_take") for part in parts]
-            # The feed, in one pass over the puts: each put's insert, and a taken
-            # one's post-image. No pre-image: it would repeat the insert, a state
-            # no version held, and changes() reads inserts and post-images only.
-            changes = with_take(marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
-                "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
-                "ELSE array('insert') END"))),
-                                f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
+            rows, changes = with_lease(spans, chosen if run is None else (lo, hi),
+                                       action_set(take, tag, lease_context(now, who)))
         version = accelerator.commit_ingest(txn, ctx.key, cursor, st.Cursor(upto, next_id),
                                             rows, changes, tag)
     ctx.ingested_upto = upto
@@ -227,6 +207,58 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     note_taken_ids(result, run)
     ctx.emit(result, "take")
     return result
+
+
+def with_lease(spans: list[tuple[DataFrame, int, int]], chosen: DataFrame | tuple[int, int],
+               action: dict[str, str]) -> tuple[list[DataFrame], DataFrame]:
+    """An ingest+take's writes: the runs of puts (``spans``: each with the ids it
+    spans) with the take's SET (``action``) on the ``chosen`` rows, and the
+    change feed's rows.
+
+    ``chosen`` is the leased ids' range when they are a run of ids: the rows
+    of a run of puts below, within and above it are then written apart, so
+    the leased ones fill files of their own (as :func:`take_files` writes
+    them) and their ack removes whole files. Otherwise it is the chosen rows,
+    joined. The feed comes in one pass over the puts: each put's insert, and
+    a taken one's post-image. No pre-image: it would repeat the insert, a
+    state no version held, and changes() reads inserts and post-images only.
+    """
+    columns = spans[0][0].columns
+
+    def marked(frame: DataFrame) -> DataFrame:
+        """``frame`` with ``arg_take``: whether the take leases the row."""
+        if isinstance(chosen, tuple):  # a run of ids: no join
+            return frame.withColumn("arg_take", F.expr(
+                f"task_id BETWEEN {chosen[0]} AND {chosen[1]}"))
+        return frame.join(F.broadcast(chosen.select(
+            "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
+
+    def with_take(frame: DataFrame, where: str, *extra: str) -> DataFrame:
+        """``frame``'s task columns, with the take's SET where ``where``."""
+        return frame.alias("t").selectExpr(*[
+            f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}"
+            if c in action else c for c in columns], *extra)
+
+    def pieces(frame: DataFrame, first: int, end: int) -> list[DataFrame]:
+        """The run's rows, cut where the leased range begins and ends within it."""
+        if not isinstance(chosen, tuple) or chosen[1] < first or chosen[0] >= end:
+            return [frame]
+        lo, hi = chosen
+        cuts = [f"task_id BETWEEN {lo} AND {hi}"]
+        if lo > first:
+            cuts.insert(0, f"task_id < {lo}")
+        if hi + 1 < end:
+            cuts.append(f"task_id > {hi}")
+        return [frame.where(cut) for cut in cuts]
+
+    rows = [with_take(marked(piece), "t.arg_take")
+            for frame, first, end in spans for piece in pieces(frame, first, end)]
+    pending = reduce(DataFrame.unionByName, [frame for frame, _, _ in spans])
+    changes = with_take(marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
+        "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
+        "ELSE array('insert') END"))),
+                        f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
+    return rows, changes
 
 
 def take_files(ctx: TubeContext, take: Op, n: int, who: str,

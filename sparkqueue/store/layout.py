@@ -22,7 +22,7 @@ holds the next task id). Cursors only grow, so Delta skips an ingest from a
 cursor at or below one already ingested from: a task is never ingested
 twice, even after it was acked and removed. A take that finds no ready task
 in the tasks table may ingest and lease in one commit instead
-(``ingest+take``, :meth:`Layout.commit_ingest`), which records the same
+(``ingest+take``, :meth:`Accelerator.commit_ingest`), which records the same
 transaction id.
 
 Every commit is tagged with ``commitInfo.userMetadata`` (JSON: the operation

@@ -81,8 +81,8 @@ class Accelerator:
         maybe already changed by the same commit (then ``changes``: its change
         feed rows, with ``_change_type``, written when the table keeps a change
         feed); the version committed. On a table with no payload column yet
-        (a new tube), the commit adds the rows' as an append with
-        ``mergeSchema`` would.
+        (a new tube), the commit adds the rows' payload column, every part of
+        it nullable, as an append with ``mergeSchema`` would.
 
         It records the ingest transaction id as :meth:`write_marker` does, so
         an ingest from the same cursor by that way is skipped or conflicts.
@@ -93,13 +93,11 @@ class Accelerator:
         actions = self.jvm.java.util.ArrayList()
         actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
                                           "lastUpdated": int(time.time() * 1000)}}))
-        table = _schema(txn)
-        if "data" not in table.fieldNames():  # the tube's first ingest: add its payload
-            data = runs[0].schema["data"].jsonValue()
-            meta = json.loads(txn.metadata().json())
-            meta["metaData"]["schemaString"] = json.dumps(
-                {**table.jsonValue(), "fields": [*table.jsonValue()["fields"],
-                                                 {**data, "nullable": True}]})
+        meta = json.loads(txn.metadata().json())
+        table = json.loads(meta["metaData"]["schemaString"])
+        if all(f["name"] != "data" for f in table["fields"]):  # a new tube's first ingest
+            table["fields"].append(nullable(runs[0].schema["data"].jsonValue()))
+            meta["metaData"]["schemaString"] = json.dumps(table)
             txn.updateMetadata(self._action(meta), False)
         frame = ingest_frame(runs, cursor)
         if changes is not None and self.keeps_feed(txn):
@@ -323,6 +321,17 @@ class Accelerator:
         ).collect()
         return version, {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS},
                                      "size": r["size"]} for r in rows}  # as file_entry
+
+
+def nullable(field: Any) -> Any:
+    """A Delta schema's JSON (a field, a type, or a part of one) with every field,
+    array element and map value nullable."""
+    if isinstance(field, list):
+        return [nullable(f) for f in field]
+    if not isinstance(field, dict):
+        return field
+    flags = {k: True for k in ("nullable", "containsNull", "valueContainsNull") if k in field}
+    return {k: nullable(v) for k, v in field.items()} | flags
 
 
 def _schema(txn: Any) -> T.StructType:
