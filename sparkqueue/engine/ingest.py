@@ -4,7 +4,7 @@ that moves them into the tasks table exactly once."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -192,15 +192,22 @@ def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile
     return task_columns(rows, columns)
 
 
+class RunRows(NamedTuple):
+    """A run of puts (:func:`runs`) as task rows, and the task ids it spans."""
+
+    rows: DataFrame
+    first: int  #: its first task id
+    end: int  #: the next run's first task id (its ids are below)
+
+
 def run_frames(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
-               next_id: int) -> list[tuple[DataFrame, int, int]]:
-    """The task rows of the put ``files`` (``next_id`` after the last), a DataFrame
-    per run (:func:`runs`) for an ingest to write side by side, each with the
-    task ids it spans (its first, and the next run's first); none for no files."""
+               next_id: int) -> list[RunRows]:
+    """The task rows of the put ``files`` (``next_id`` after the last), one
+    :class:`RunRows` per run for an ingest to write side by side; none for no files."""
     grouped = [run for run in runs(files, next_id, INGEST_RUN_ROWS) if run]
     ends = [*[run[0].first_id for run in grouped[1:]], next_id]
-    return [(tasks_of_files(ctx, spark, run), ctx.task_id(run[0].first_id), ctx.task_id(end))
-            for run, end in zip(grouped, ends, strict=True)]
+    return [RunRows(tasks_of_files(ctx, spark, run), ctx.task_id(run[0].first_id),
+                    ctx.task_id(end)) for run, end in zip(grouped, ends, strict=True)]
 
 
 def ingest(ctx: TubeContext) -> None:
@@ -220,7 +227,7 @@ def ingest(ctx: TubeContext) -> None:
         tag = CommitTag.new("ingest", upto=upto, next_id=next_id)
         with layout.tagged(tag) as sess:
             layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id),
-                                [frame for frame, _, _ in run_frames(ctx, sess, files, next_id)])
+                                [run.rows for run in run_frames(ctx, sess, files, next_id)])
         # the append is skipped when another process ingested from this cursor
         # first, maybe up to an older version: then only the cursor tells
         if not any(tag.token in (info.get("userMetadata") or "")

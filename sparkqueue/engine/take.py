@@ -16,7 +16,7 @@ from .. import store as st
 from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .ingest import empty, ingest, live_tasks, run_frames
+from .ingest import RunRows, empty, ingest, live_tasks, run_frames
 from .ops import (
     COLLECT_UPTO,
     Chosen,
@@ -173,11 +173,11 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     tag = CommitTag.new("ingest+take", upto=upto, next_id=next_id)
     with layout.tagged(tag) as sess:
         spans = run_frames(ctx, sess, puts, next_id)
-        if not spans or not accelerator.fits(txn, spans[0][0]):
+        if not spans or not accelerator.fits(txn, spans[0].rows):
             return None
         if len(spans) == 1:  # read by the choice and the write; big ones are read again
-            spans = [(spans[0][0].localCheckpoint(), *spans[0][1:])]
-        pending = reduce(DataFrame.unionByName, [frame for frame, _, _ in spans])
+            spans = [spans[0]._replace(rows=spans[0].rows.localCheckpoint())]
+        pending = reduce(DataFrame.unionByName, [run.rows for run in spans])
         live = pending.withColumn("eff", F.expr(effective_status(now)))
         held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
                 if ctx.driver.sub_queue_heads else [])
@@ -187,7 +187,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             live = live.unionByName(leased.where("eff = 'taken'"))
         picked = pick(sess, now, None, lambda _: ctx.driver.choose(live, n, win),
                       n if n <= COLLECT_UPTO else 0)
-        rows = [frame for frame, _, _ in spans]
+        rows = [run.rows for run in spans]
         changes = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
         if picked is not None:
             chosen, lo, hi, counts, count = picked
@@ -195,7 +195,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                 {**dict(tag.extra), **counts, "take": count}.items())))
             sess.conf.set(st.USER_METADATA, tag.json())
             run = id_run(lo, hi, ctx.shards, count)
-            rows, changes = with_lease(spans, chosen if run is None else (lo, hi),
+            rows, changes = with_lease(spans, pending, chosen if run is None else (lo, hi),
                                        action_set(take, tag, lease_context(now, who)))
         version = accelerator.commit_ingest(txn, ctx.key, cursor, st.Cursor(upto, next_id),
                                             rows, changes, tag)
@@ -209,11 +209,11 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     return result
 
 
-def with_lease(spans: list[tuple[DataFrame, int, int]], chosen: DataFrame | tuple[int, int],
+def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tuple[int, int],
                action: dict[str, str]) -> tuple[list[DataFrame], DataFrame]:
-    """An ingest+take's writes: the runs of puts (``spans``: each with the ids it
-    spans) with the take's SET (``action``) on the ``chosen`` rows, and the
-    change feed's rows.
+    """An ingest+take's writes: the runs of puts (``spans``, whose union is
+    ``pending``) with the take's SET (``action``) on the ``chosen`` rows, and
+    the change feed's rows.
 
     ``chosen`` is the leased ids' range when they are a run of ids: the rows
     of a run of puts below, within and above it are then written apart, so
@@ -223,7 +223,7 @@ def with_lease(spans: list[tuple[DataFrame, int, int]], chosen: DataFrame | tupl
     a taken one's post-image. No pre-image: it would repeat the insert, a
     state no version held, and changes() reads inserts and post-images only.
     """
-    columns = spans[0][0].columns
+    columns = pending.columns
 
     def marked(frame: DataFrame) -> DataFrame:
         """``frame`` with ``arg_take``: whether the take leases the row."""
@@ -252,8 +252,7 @@ def with_lease(spans: list[tuple[DataFrame, int, int]], chosen: DataFrame | tupl
         return [frame.where(cut) for cut in cuts]
 
     rows = [with_take(marked(piece), "t.arg_take")
-            for frame, first, end in spans for piece in pieces(frame, first, end)]
-    pending = reduce(DataFrame.unionByName, [frame for frame, _, _ in spans])
+            for run in spans for piece in pieces(run.rows, run.first, run.end)]
     changes = with_take(marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
         "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
         "ELSE array('insert') END"))),
