@@ -14,11 +14,13 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube, store
 from sparkqueue.engine import ingest as ingesting
 from sparkqueue.engine import ops
+from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest, pending_rows
 from sparkqueue.store.txn import Accelerator
 
@@ -201,3 +203,40 @@ def test_a_new_tubes_first_take_adds_the_payload_column_in_its_one_commit(
     fresh.ack([0, 1, 2])
     assert operations(fresh, 1) == [("DELETE", "ack")], "whole files: no MERGE"
     assert ids(fresh.take(5)) == [3, 4]
+
+
+def test_puts_that_agree_on_their_options_are_taken_in_id_order_without_a_choice(
+        sq: Queue, clock: FakeClock, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A head-only take among puts that each gave one priority (the same), no
+    delay and no per-row option leases their lowest ids, known from the put
+    tags: the driver's choice is not run. Puts that differ, or whose ttl ended,
+    are chosen from as before."""
+    choices: list[int] = []
+    original = taking.choice
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        choices.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(taking, "choice", counted)
+    t = primed(sq, "agree", "fifottl")
+    before = tasks_version(t)
+    t.put([{"n": i} for i in range(3)], ttl=100)
+    t.put([{"n": i} for i in range(3, 5)])
+    got = t.take(4)
+    assert (ids(got), choices) == ([1, 2, 3, 4], []), "the first ids, no choice job"
+    assert ops.taken_ids(got) == [1, 2, 3, 4]
+    assert operations(t, before) == [("WRITE", "ingest+take")]
+    t.ack(got)
+    assert ids(t.take(5)) == [5]
+
+    t.put({"n": 6})
+    t.urgent({"n": 7})
+    assert (ids(t.take(1)), len(choices)) == ([7], 1), "an urgent put: chosen, first"
+    assert ids(t.take(1)) == [6]
+    t.put({"n": 8}, pri=F.lit(0))
+    assert (ids(t.take(5)), len(choices)) == ([8], 2), "a per-row option: chosen"
+    t.put({"n": 9}, ttl=10)
+    clock.advance(20)
+    t.put({"n": 10})
+    assert (ids(t.take(5)), len(choices)) == ([10], 3), "9's ttl has ended: chosen"

@@ -204,23 +204,24 @@ def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptio
     place in the log.
     """
     put: dict[str, Any] = {"now": ctx.now()}
-    cols: list[Column] = []
+    cols: dict[str, Column] = {}
     for key in ("ttl", "ttr", "delay"):
         v = opts.times.get(key, ctx.default(key))
         if isinstance(v, Column):
-            cols.append(checked(v, key).alias(key))
+            cols[key] = checked(v, key)
         elif v is not None:
             put[key] = float(v)
     put["pri"] = validate.URGENT_PRI if urgent else int(ctx.default("pri") or 0)
     if isinstance(opts.pri, Column):  # NULLs in it take the tube's default
-        cols.append(checked(opts.pri, "pri").alias("pri"))
+        cols["pri"] = checked(opts.pri, "pri")
     elif opts.pri is not None:
         put["pri"] = int(opts.pri)
     if isinstance(opts.utube, Column):
-        cols.append(opts.utube.cast("string").alias("utube"))
+        cols["utube"] = opts.utube.cast("string")
     elif opts.utube is not None:
         put["utube"] = opts.utube
-    return frame.select(payload.alias("data"), *cols), put
+    put["columns"] = list(cols)  # none: a take may choose among the puts unread
+    return frame.select(payload.alias("data"), *[c.alias(k) for k, c in cols.items()]), put
 
 
 def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, int] | None,

@@ -16,7 +16,7 @@ from .. import store as st
 from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .ingest import RunRows, empty, ingest, live_tasks, run_frames
+from .ingest import RunRows, empty, ingest, live_tasks, run_frames, tag_values
 from .ops import (
     COLLECT_UPTO,
     Chosen,
@@ -175,18 +175,12 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         spans = run_frames(ctx, sess, puts, next_id)
         if not spans or not accelerator.fits(txn, spans[0].rows):
             return None
-        if len(spans) == 1:  # read by the choice and the write; big ones are read again
+        head = put_order_head(ctx, puts, next_id, n, now)
+        if head is None and len(spans) == 1:  # read by the choice and the write
             spans = [spans[0]._replace(rows=spans[0].rows.localCheckpoint())]
         pending = reduce(DataFrame.unionByName, [run.rows for run in spans])
-        live = pending.withColumn("eff", F.expr(effective_status(now)))
-        held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
-                if ctx.driver.sub_queue_heads else [])
-        if held:  # the tasks table's leases keep their sub-queues busy
-            leased = (layout.read_task_files(path, held, sess).where("status = 'taken'")
-                      .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now))))
-            live = live.unionByName(leased.where("eff = 'taken'"))
-        picked = pick(sess, now, None, lambda _: ctx.driver.choose(live, n, win),
-                      n if n <= COLLECT_UPTO else 0)
+        picked = pick(sess, now, None, lambda _: head or choice(ctx, pending, files, n, win, now),
+                      n if n <= COLLECT_UPTO else 0, step=ctx.shards)
         rows = [run.rows for run in spans]
         changes = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
         if picked is not None:
@@ -207,6 +201,46 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     note_taken_ids(result, run)
     ctx.emit(result, "take")
     return result
+
+
+def choice(ctx: TubeContext, pending: DataFrame, files: dict[str, dict[str, Any]], n: int,
+           win: int, now: float) -> DataFrame:
+    """The driver's choice among the ``pending`` task rows of an ingest+take,
+    with the leases that the tasks table's ``files`` hold where the driver
+    looks at sub-queues (they keep their sub-queues busy)."""
+    live = pending.withColumn("eff", F.expr(effective_status(now)))
+    held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
+            if ctx.driver.sub_queue_heads else [])
+    if held:
+        layout = ctx.layout
+        leased = (layout.read_task_files(layout.tasks(ctx.key), held, pending.sparkSession)
+                  .where("status = 'taken'").where("task_id >= 0")
+                  .withColumn("eff", F.expr(effective_status(now))))
+        live = live.unionByName(leased.where("eff = 'taken'"))
+    return ctx.driver.choose(live, n, win)
+
+
+def put_order_head(ctx: TubeContext, puts: list[st.PutFile], next_id: int, n: int,
+                   now: float) -> tuple[int, int] | None:
+    """The first and last id a ``head_only`` driver leases in a take of ``n``
+    among the ``puts`` alone (``next_id`` after the last), when their commit
+    tags tell without a Spark job; None when they do not.
+
+    They tell when each put gave all its tasks one priority, the same for
+    every put, and no delay, no option as a Column (its tag's ``columns`` is
+    empty; a put written before tags said so counts as having some), and no
+    ttl that has ended by ``now``: every task is then ready, and in
+    :data:`~sparkqueue.drivers.base.ORDER` the lowest ids come first.
+    """
+    if not ctx.driver.head_only or not puts:
+        return None
+    values = [tag_values(f.tag) for f in puts]  # (now, pri, utube, ttl, ttr, delay)
+    if (any(f.tag.get("columns") != [] for f in puts) or len({v[1] for v in values}) > 1
+            or any((v[5] or 0.0) > 0 or v[0] + (st.INF if v[3] is None else v[3]) <= now
+                   for v in values)):
+        return None
+    first = puts[0].first_id
+    return ctx.task_id(first), ctx.task_id(first + min(n, next_id - first) - 1)
 
 
 def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tuple[int, int],
