@@ -8,8 +8,10 @@ tasks by priority and order, counted as takes, never leased twice.
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
@@ -247,3 +249,22 @@ def test_a_deletion_vector_leaves_statistics_unknown_from_a_checkpoint_and_a_sta
         vectored = [f for f in files.values() if f["rows"] is None]
         assert len(vectored) == 1 and vectored[0]["min_task_id"] == 0, \
             "the file of tasks 0 to 5, one of them deleted by its vector"
+
+
+def test_task_files_are_written_without_parquet_dictionaries(sq: Queue) -> None:
+    """Task ids and many payloads are unique per row: a dictionary as big as the
+    column is work for nothing, so the tube's writes (the one-commit take of
+    new puts, an ingest, Delta's UPDATE of a take) use plain encodings."""
+    t = sq.create_tube("plain", "fifottl")
+    t.put([{"n": i, "s": f"item {i}"} for i in range(4)])
+    assert ids(t.take(2)) == [0, 1]
+    t.put([{"n": i, "s": f"item {i}"} for i in range(4, 8)])
+    ingest(t.context)
+    assert ids(t.take(3)) == [2, 3, 4]
+    folder = Path(t.context.layout.tasks("plain"))
+    encodings = {e for f in folder.glob("part-*.parquet")
+                 for column in pq.ParquetFile(f).metadata.row_group(0).to_dict()["columns"]
+                 for e in column["encodings"]}
+    assert operations(t, 0) == [("WRITE", "ingest+take"), ("WRITE", "ingest"),
+                                ("UPDATE", "take")]
+    assert encodings and not any("DICTIONARY" in e for e in encodings), encodings

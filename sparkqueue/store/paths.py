@@ -166,8 +166,12 @@ _LOCK = threading.Lock()
 #: partitions apart (Spark would merge them pairwise where the inputs are
 #: partitioned alike), so rows a write keeps in separate inputs get files of
 #: their own: a take's leased tasks apart from the others (``Accelerator.replace_files``).
+#: Parquet without dictionaries: task ids (and many payloads) are unique per row,
+#: and a file of 20,000 rows stays under the dictionary's size limit, so the
+#: writer builds a dictionary as big as the column for nothing.
 COMMIT_SETTINGS = {"spark.databricks.delta.merge.materializeSource": "none",
-                   "spark.sql.unionOutputPartitioning": "false"}
+                   "spark.sql.unionOutputPartitioning": "false",
+                   "parquet.enable.dictionary": "false"}
 
 
 def is_connect(spark: SparkSession) -> bool:
