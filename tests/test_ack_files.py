@@ -127,7 +127,8 @@ def stats(lo: int, hi: int, owner: str = "me", status: str = "taken",
     return {"rows": hi - lo + 1 if rows is None else rows, "min_task_id": lo, "max_task_id": hi,
             "min_status": status, "max_status": status, "status_nulls": 0,
             "min_owner": owner, "max_owner": owner, "owner_nulls": 0,
-            "min_lease_end": lease_end, "min_ttl_end": 1e9, "size": 1}
+            "min_lease_end": lease_end, "min_ttl_end": 1e9, "max_ttl_end": 1e9,
+            "ttl_end_nulls": 0, "size": 1}
 
 
 def test_whole_files_takes_only_files_that_are_exactly_the_ids() -> None:

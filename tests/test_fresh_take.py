@@ -240,3 +240,19 @@ def test_puts_that_agree_on_their_options_are_taken_in_id_order_without_a_choice
     clock.advance(20)
     t.put({"n": 10})
     assert (ids(t.take(5)), len(choices)) == ([10], 3), "9's ttl has ended: chosen"
+
+
+def test_a_file_of_tasks_whose_ttl_ended_leaves_the_next_take_one_commit(
+        sq: Queue, clock: FakeClock) -> None:
+    """Expired tasks the sweeper has not purged yet are not ready: their file's
+    statistics (the latest ttl_end passed) say so, and a take of new puts
+    stays the one commit."""
+    t = primed(sq, "ended", "fifottl")
+    t.put([{"n": 0}, {"n": 1}], ttl=10)
+    ingest(t.context)
+    clock.advance(20)
+    before = tasks_version(t)
+    t.put({"n": 2})
+    assert ids(t.take(5)) == [3]
+    assert operations(t, before) == [("WRITE", "ingest+take")]
+    assert t.statistics()["tasks"]["ready"] == 0

@@ -24,6 +24,8 @@ FILE_STATS = {
     "min_order_key": ("minValues", "order_key"),
     "max_order_key": ("maxValues", "order_key"),
     "min_ttl_end": ("minValues", "ttl_end"),
+    "max_ttl_end": ("maxValues", "ttl_end"),
+    "ttl_end_nulls": ("nullCount", "ttl_end"),
     # and what :func:`whole_files` reads
     "min_task_id": ("minValues", "task_id"),
     "max_task_id": ("maxValues", "task_id"),
@@ -46,9 +48,14 @@ def may_hold_ready(f: dict[str, Any], now: float) -> bool:
     """Whether a data file's statistics (:meth:`Layout.files_at`) leave room for a
     row that :func:`ready_when` selects at ``now``: stored ``ready``, a delay
     that may have passed, or a lease that may have ended. Unknown statistics
-    leave room. A take on a table where no file does finds nothing without
-    reading it (a drain's last take, a consumer polling an empty tube).
+    leave room. A file whose every row's ttl has ended holds expired tasks
+    only (the sweeper has not purged them yet), none ready. A take on a
+    table where no file does finds nothing without reading it (a drain's
+    last take, a consumer polling an empty tube).
     """
+    ended = f["max_ttl_end"]
+    if ended is not None and f["ttl_end_nulls"] == 0 and ended <= now:
+        return False
     lease = f["min_lease_end"]
     return may_hold(f, "ready") or may_hold(f, "delayed") or (
         may_hold(f, "taken") and (lease is None or lease <= now))

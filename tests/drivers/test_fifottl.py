@@ -236,7 +236,7 @@ def test_may_hold_ready_reads_status_and_lease_statistics() -> None:
     def f(lo: str, hi: str, lease: float | None = 100.0, rows: int | None = 5,
           ) -> dict[str, Any]:
         return {"rows": rows, "min_status": lo, "max_status": hi, "status_nulls": 0,
-                "min_lease_end": lease}
+                "min_lease_end": lease, "max_ttl_end": None, "ttl_end_nulls": 0}
     assert not may_hold_ready(f("taken", "taken"), 50.0), "leases end at 100"
     assert may_hold_ready(f("taken", "taken"), 100.0)
     assert not may_hold_ready(f("_marker", "_marker"), 50.0)
@@ -257,7 +257,8 @@ def test_ready_head_is_whole_files_of_ready_tasks_that_come_first() -> None:
                 "max_task_id": hi, "min_status": status[0], "max_status": status[1],
                 "status_nulls": 0, "min_pri": pri[0], "max_pri": pri[1],
                 "min_order_key": (keys or (lo, hi))[0], "max_order_key": (keys or (lo, hi))[1],
-                "min_ttl_end": ttl_end, "min_lease_end": 100.0}
+                "min_ttl_end": ttl_end, "max_ttl_end": ttl_end, "ttl_end_nulls": 0,
+                "min_lease_end": 100.0}
     a, b, c = f(0, 4), f(5, 9), f(10, 14)
     assert ready_head([b, a, c], 50.0, 10) == (0, 9), "whole files, lowest ids first"
     assert ready_head([a, b, c], 50.0, 5) == (0, 4)

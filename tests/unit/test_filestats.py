@@ -28,6 +28,7 @@ def file(lo: int, hi: int, status: str = "ready", *, pri: int = 0, top: str | No
     return {"rows": hi - lo + 1 if rows is None else rows, "min_status": status,
             "max_status": top or status, "status_nulls": 0, "min_pri": pri, "max_pri": pri,
             "min_order_key": lo, "max_order_key": hi, "min_ttl_end": ttl_end,
+            "max_ttl_end": ttl_end, "ttl_end_nulls": 0,
             "min_task_id": lo, "max_task_id": hi, "min_owner": owner, "max_owner": owner,
             "owner_nulls": 0 if owner else hi - lo + 1, "min_lease_end": lease, "size": 100}
 
@@ -39,6 +40,10 @@ def test_a_file_may_hold_a_ready_task_by_its_status_range_and_leases() -> None:
     assert not may_hold_ready(file(0, 9, "taken", lease=NOW + 1), NOW)
     assert may_hold_ready(file(0, 9, "taken", lease=NOW - 1), NOW)  # a lease ended
     assert may_hold_ready(file(0, 9, "buried", top="taken", lease=NOW + 1), NOW)  # "ready" between
+    assert not may_hold_ready(file(0, 9, ttl_end=NOW), NOW)  # every ttl ended: all expired
+    assert may_hold_ready(file(0, 9, ttl_end=NOW) | {"max_ttl_end": NOW + 1}, NOW)
+    assert may_hold_ready(file(0, 9, ttl_end=NOW) | {"ttl_end_nulls": 1}, NOW)
+    assert may_hold_ready(file(0, 9, ttl_end=NOW) | {"max_ttl_end": None}, NOW)
     assert may_hold(file(0, 9) | {"rows": None}, "buried")  # unknown statistics leave room
     assert not may_hold(file(0, 9) | {"rows": 0}, "ready")
 
