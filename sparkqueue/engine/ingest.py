@@ -50,6 +50,33 @@ def tag_values(put: dict[str, Any]) -> tuple[Any, ...]:
     now = number(put.get("now"))
     return (now or 0.0, pri, utube, *[number(put.get(k)) for k in ("ttl", "ttr", "delay")])
 
+def put_order_rows(puts: list[st.PutFile], next_id: int, n: int, now: float,
+                   ) -> tuple[int, int] | None:
+    """The first and last row (numbered as ids count them, :meth:`TubeContext.task_id`)
+    of the ``n`` tasks a ``head_only`` driver takes among the ``puts`` alone
+    (``next_id`` after the last), when their commit tags tell without reading
+    them; None when they do not.
+
+    They tell when every put gave all its tasks one priority, the same for
+    every put, and no delay, no option as a Column (its tag's ``columns`` is
+    empty; a put written before tags said so counts as having some), and no
+    ttl that has ended by ``now`` (as :func:`task_row_sql` reckons it): every
+    task is then ready, and in :data:`~sparkqueue.drivers.base.ORDER` the
+    lowest rows come first.
+    """
+    names = [name for name, _ in PUT_TAG_FIELDS]
+    tags = [dict(zip(names, tag_values(f.tag), strict=True)) for f in puts]
+
+    def ready(tag: dict[str, Any]) -> bool:
+        ttl = st.INF if tag["ttl"] is None else tag["ttl"]
+        return not tag["delay"] and tag["now"] + ttl > now
+
+    if (not puts or any(f.tag.get("columns") != [] for f in puts)
+            or len({tag["pri"] for tag in tags}) > 1 or not all(map(ready, tags))):
+        return None
+    first = puts[0].first_id
+    return first, first + min(n, next_id - first) - 1
+
 def task_row_sql() -> dict[str, str]:
     """SQL for each tasks-table column of a new task, by name (see ``task_columns``)."""
     ttl = f"coalesce(ttl, c.ttl, {sql_num(st.INF)})"

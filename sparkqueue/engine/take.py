@@ -16,7 +16,7 @@ from .. import store as st
 from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .ingest import RunRows, empty, ingest, live_tasks, run_frames, tag_values
+from .ingest import RunRows, empty, ingest, live_tasks, put_order_rows, run_frames
 from .ops import (
     COLLECT_UPTO,
     Chosen,
@@ -175,7 +175,9 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         spans = run_frames(ctx, sess, puts, next_id)
         if not spans or not accelerator.fits(txn, spans[0].rows):
             return None
-        head = put_order_head(ctx, puts, next_id, n, now)
+        rows_first = put_order_rows(puts, next_id, n, now) if ctx.driver.head_only else None
+        head = None if rows_first is None else (ctx.task_id(rows_first[0]),
+                                                ctx.task_id(rows_first[1]))
         if head is None and len(spans) == 1:  # read by the choice and the write
             spans = [spans[0]._replace(rows=spans[0].rows.localCheckpoint())]
         pending = reduce(DataFrame.unionByName, [run.rows for run in spans])
@@ -218,29 +220,6 @@ def choice(ctx: TubeContext, pending: DataFrame, files: dict[str, dict[str, Any]
                   .withColumn("eff", F.expr(effective_status(now))))
         live = live.unionByName(leased.where("eff = 'taken'"))
     return ctx.driver.choose(live, n, win)
-
-
-def put_order_head(ctx: TubeContext, puts: list[st.PutFile], next_id: int, n: int,
-                   now: float) -> tuple[int, int] | None:
-    """The first and last id a ``head_only`` driver leases in a take of ``n``
-    among the ``puts`` alone (``next_id`` after the last), when their commit
-    tags tell without a Spark job; None when they do not.
-
-    They tell when each put gave all its tasks one priority, the same for
-    every put, and no delay, no option as a Column (its tag's ``columns`` is
-    empty; a put written before tags said so counts as having some), and no
-    ttl that has ended by ``now``: every task is then ready, and in
-    :data:`~sparkqueue.drivers.base.ORDER` the lowest ids come first.
-    """
-    if not ctx.driver.head_only or not puts:
-        return None
-    values = [tag_values(f.tag) for f in puts]  # (now, pri, utube, ttl, ttr, delay)
-    if (any(f.tag.get("columns") != [] for f in puts) or len({v[1] for v in values}) > 1
-            or any((v[5] or 0.0) > 0 or v[0] + (st.INF if v[3] is None else v[3]) <= now
-                   for v in values)):
-        return None
-    first = puts[0].first_id
-    return ctx.task_id(first), ctx.task_id(first + min(n, next_id - first) - 1)
 
 
 def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tuple[int, int],
