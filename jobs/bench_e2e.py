@@ -11,7 +11,8 @@ In one run:
   session start apart. The same for --big-rows tasks in batches of --big-batch
   (cold only).
 - put to takeable: in the ``take_ack`` processes, the put plus the first take
-  (which ingests the put) less the median of the later takes, against a plain
+  (which ingests the put, or the part of it that it leases) less the median
+  of the later takes, against a plain
   Delta append of the same rows, cold (a process of its own that writes
   nothing else first) and warm (a median of --repeat appends after it).
 - round trips, in the benchmark's own process: take(1) + ack(1) on a tube of
@@ -68,7 +69,7 @@ def drain(sq: sparkqueue.Queue, name: str, rows: DataFrame, batch: int,
     total = time.perf_counter() - start
     figures: dict[str, float] = {"s": total, "tasks": done, "tasks_per_s": done / total,
                                  "put_s": put_s}
-    if len(takes) >= 3:  # the first take ingests; the last one found nothing
+    if len(takes) >= 3:  # the first take ingests first; the last one found nothing
         normal = statistics.median(takes[1:-1])
         figures["first_take_s"] = takes[0]
         figures["take_s"] = normal

@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
+from sparkqueue.engine.ingest import ingest
 from sparkqueue.server import ConnectServer
 
 ENGINES = ("accelerated", "portable")
@@ -53,16 +54,22 @@ def payload(spark: SparkSession, n: int) -> DataFrame:
 
 def ingested(sq: sparkqueue.Queue, name: str, type_name: str, rows: DataFrame,
              **options: Any) -> sparkqueue.Tube:
-    """A new tube holding ``rows`` as ready tasks, already ingested (one take, then
-    release_all), so that what is timed next does not include the ingest."""
+    """A new tube holding ``rows`` as ready tasks, already ingested, so that what is
+    timed next does not include the ingest."""
     tube = sq.create_tube(name, type_name, **options)
     if tube.driver.uses_utube:
         tube.put(rows, utube=F.col("q"))
     else:
         tube.put(rows)
-    tube.take(1)
-    tube.release_all()
+    ingest_all(tube)
     return tube
+
+
+def ingest_all(tube: sparkqueue.Tube) -> None:
+    """Move every task put to ``tube`` into its tasks table (each shard's): a take
+    of new puts may ingest only the tasks it leases."""
+    for part in tube.parts:
+        ingest(part.context)
 
 
 def say(what: str) -> None:

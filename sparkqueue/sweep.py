@@ -5,7 +5,7 @@ Delta commit at most, so a pass killed at any point leaves consistent tables
 and the next pass does what is left:
 
 1. **expire**: ttl-expired tasks deleted, ended leases and passed delays
-   made ``ready`` (``engine.ops.expire``; correctness never depends on it, reads
+   made ``ready`` (:func:`expire`; correctness never depends on it, reads
    already apply expiry at their own time);
 2. **purge**: superseded ingest-cursor markers out of the tasks table, and
    inbox rows already ingested out of the inbox. Neither touches a file that
@@ -38,15 +38,18 @@ from pyspark.sql import types as T
 
 from . import store as st
 from .engine import ops
+from .engine.ingest import live_tasks
 from .engine.stats import census_of
 from .errors import Timeout
 from .store import CommitTag
 
 if TYPE_CHECKING:
+    from .engine.context import TubeContext
     from .queue import Queue
     from .tube import Tube
 
-__all__ = ["STATS_SCHEMA", "ACTIONS", "sweep_tube", "compact", "cold_groups", "purge", "vacuum"]
+__all__ = ["STATS_SCHEMA", "ACTIONS", "sweep_tube", "compact", "cold_groups", "purge", "vacuum",
+           "expire"]
 
 #: What a pass reports, per tube and summed over tubes.
 ACTIONS = ("ttl", "ttr", "delay", "purged", "compacted", "vacuumed")
@@ -98,7 +101,7 @@ def sweep_tube(queue: Queue, tube: Tube, sweep_id: str,
     parts = tube.parts  # a sharded tube's shards, each swept as a tube of its own
     expired = dict.fromkeys(("ttl", "ttr", "delay"), 0)
     for part in parts:
-        for key, value in ops.expire(part.context).items():
+        for key, value in expire(part.context).items():
             expired[key] += value
     progress(f"{tube.name}: expired ttl={expired['ttl']} ttr={expired['ttr']} "
              f"delay={expired['delay']}")
@@ -149,6 +152,48 @@ def new_sweep_id() -> str:
     return uuid.uuid4().hex
 
 
+# -- expiry ------------------------------------------------------------------------------
+
+#: A task whose stored state the clock has changed: its ttl ended, or its lease or
+#: delay did (it reads ready, stored taken or delayed).
+DUE = "{eff} = 'expired' OR ({eff} = 'ready' AND t.status IN ('taken', 'delayed'))"
+
+
+def expire(ctx: TubeContext) -> dict[str, int]:
+    """Write down what the clock has made due, in one commit; the counts per expiry.
+
+    Rows past their ttl are deleted (``ttl``); ended leases (``ttr``) and
+    passed delays (``delay``) become ``ready``. Reads already apply these
+    at their own time, so this changes no answer: it keeps the table small
+    and its stored states current for SQL readers. Due rows are found by
+    ``next_event`` (Tarantool's next-event index), whose file statistics
+    let Delta skip every file with nothing due. A row that changed after
+    it was chosen (another sweeper, a take, an ack) fails the MERGE as
+    stale and the choice is made again, so nothing is counted twice.
+    """
+    op = ops.Op(
+        "sweep",
+        guard=f"CASE WHEN NOT ({DUE}) THEN 'Stale' END",
+        action={"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
+                "lease_end": "0.0D", "delay_end": "0.0D"},
+        delete_when="{eff} = 'expired'",
+        missing="Stale",
+        pending=True,
+    )
+
+    def due(now: float) -> DataFrame:
+        live = live_tasks(ctx, now, pending=False).where(f"next_event <= {st.sql_num(now)}")
+        return (live.where("eff = 'expired' OR (eff = 'ready' AND status IN "
+                           "('taken', 'delayed'))")
+                .withColumn("status", F.when(F.col("eff") == "expired", "expired")
+                            .otherwise(F.col("status"))))
+
+    done = ops.apply(ctx, op, None, chooser=due)
+    counts = dict.fromkeys(ops.EXPIRY_COUNTS, 0)
+    counts.update(done[1] if done is not None else {})
+    return counts
+
+
 # -- purge -------------------------------------------------------------------------------
 
 def purge(tube: Tube) -> int:
@@ -177,10 +222,10 @@ def _purge_markers(tube: Tube) -> int:
     layout = tube.context.layout
     path = layout.tasks(tube.context.key)
     row = (layout.read(path).where("task_id < 0")  # marker files only (their statistics)
-           .agg(F.count("*"), F.max("inbox_version")).first())
+           .agg(F.count("*"), F.min("task_id")).first())
     if row is None or int(row[0]) <= 1:
         return 0
-    keep = -1 - int(row[1])  # the newest marker: the cursor's fallback
+    keep = int(row[1])  # the newest marker (the lowest id): the cursor's fallback
     with layout.tagged(CommitTag.new("purge")) as sess:
         st.delete(sess, path, f"task_id < 0 AND task_id > {keep}")
     return int(row[0]) - 1

@@ -163,7 +163,8 @@ class Consumer:
 
     def _take(self) -> DataFrame:
         """The next batch, the previous batch's acks with it: in the take's commit when
-        both are whole files (the head-file take: no acked data read); else removed
+        the acks are whole files and the take is a head-file take or a take of new
+        puts (``engine.take.take_with_acks``: no acked data read); else removed
         whole in a commit of their own; else in the take's MERGE (one MERGE per batch
         instead of two). When that MERGE is refused (a lease lost while the handler
         ran), the acks are tried alone, as without the pairing, then the take."""

@@ -51,11 +51,11 @@ def tag_values(put: dict[str, Any]) -> tuple[Any, ...]:
     return (now or 0.0, pri, utube, *[number(put.get(k)) for k in ("ttl", "ttr", "delay")])
 
 def put_order_rows(puts: list[st.PutFile], next_id: int, n: int, now: float,
-                   ) -> tuple[int, int] | None:
+                   start: int | None = None) -> tuple[int, int] | None:
     """The first and last row (numbered as ids count them, :meth:`TubeContext.task_id`)
     of the ``n`` tasks a ``head_only`` driver takes among the ``puts`` alone
-    (``next_id`` after the last), when their commit tags tell without reading
-    them; None when they do not.
+    (``next_id`` after the last; their rows from ``start`` on, by default all),
+    when their commit tags tell without reading them; None when they do not.
 
     They tell when every put gave all its tasks one priority, the same for
     every put, and no delay, no option as a Column (its tag's ``columns`` is
@@ -74,7 +74,7 @@ def put_order_rows(puts: list[st.PutFile], next_id: int, n: int, now: float,
     if (not puts or any(f.tag.get("columns") != [] for f in puts)
             or len({tag["pri"] for tag in tags}) > 1 or not all(map(ready, tags))):
         return None
-    first = puts[0].first_id
+    first = puts[0].first_id if start is None else start
     return first, first + min(n, next_id - first) - 1
 
 def task_row_sql() -> dict[str, str]:
@@ -163,36 +163,82 @@ def pending_rows(ctx: TubeContext, spark: SparkSession, anchor: st.Cursor, upto:
                  after: int | None = None, columns: list[str] | None = None,
                  ) -> DataFrame | None:
     """Inbox rows of the puts after ``anchor`` (or after version ``after``) up to
-    ``upto``, as task rows (only ``columns`` of them when given: fewer to plan)."""
-    files, _ = ctx.layout.put_files(ctx.key, anchor, upto)
-    files = [f for f in files if after is None or f.version > after]
-    return tasks_of_files(ctx, spark, files, columns) if files else None
+    ``upto`` that are not ingested, as task rows (only ``columns`` of them when
+    given: fewer to plan)."""
+    files, next_id = ctx.layout.put_files(ctx.key, anchor, upto)
+    files = [f for f in within(files, next_id, anchor.first_pending, next_id)
+             if after is None or f.version > after]
+    if not files:
+        return None
+    return tasks_of_files(ctx, spark, files, columns,
+                          rows=(anchor.first_pending, next_id) if anchor.partial else None)
 
 
-def runs(files: list[st.PutFile], next_id: int, least: int) -> list[list[st.PutFile]]:
-    """Put files (in id order, ``next_id`` after the last) cut into runs of
-    consecutive files of at least ``least`` rows each (the last one may hold
-    fewer), which an ingest writes side by side (:func:`store.ingest_frame`)."""
+def ends(files: list[st.PutFile], next_id: int) -> list[int]:
+    """The row after each of the put ``files`` (in id order, ``next_id`` after the last)."""
+    return [*[f.first_id for f in files[1:]], next_id] if files else []
+
+
+def within(files: list[st.PutFile], next_id: int, start: int, end: int) -> list[st.PutFile]:
+    """The put ``files`` (in id order, ``next_id`` after the last) that hold rows from
+    ``start`` to ``end`` (exclusive)."""
+    return [f for f, after in zip(files, ends(files, next_id), strict=True)
+            if after > start and f.first_id < end]
+
+
+def advanced(cursor: st.Cursor, files: list[st.PutFile], next_id: int, upto: int,
+             bound: int) -> st.Cursor:
+    """The cursor after an ingest from ``cursor`` of the rows below ``bound`` of the
+    puts up to inbox version ``upto`` (``files``: all of them after ``cursor``'s
+    version, ``next_id`` after the last): the last version whose puts it
+    ingested whole, and how many rows of the later ones (``Cursor.partial``)."""
+    rest = [f for f, after in zip(files, ends(files, next_id), strict=True) if after > bound]
+    if bound >= next_id or not rest:
+        return st.Cursor(upto, next_id)
+    first = next(f.first_id for f in files if f.version == rest[0].version)
+    return st.Cursor(rest[0].version - 1, first, bound - first)
+
+
+def runs(files: list[st.PutFile], next_id: int, least: int,
+         start: int | None = None) -> list[list[st.PutFile]]:
+    """Put files (in id order, ``next_id`` after the last; their rows from ``start``
+    on) cut into runs of consecutive files of at least ``least`` rows each (the
+    last one may hold fewer), which an ingest writes side by side
+    (:func:`store.ingest_frame`)."""
     out: list[list[st.PutFile]] = [[]]
     rows = 0
-    for f, after in zip(files, [*[g.first_id for g in files[1:]], next_id], strict=True):
+    for f, after in zip(files, ends(files, next_id), strict=True):
         if rows >= least:
             out.append([])
             rows = 0
         out[-1].append(f)
-        rows += after - f.first_id
+        rows += after - max(f.first_id, start or 0)
     return out
 
 
 def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
-                   columns: list[str] | None = None) -> DataFrame:
-    """The rows of the inbox ``files`` as task rows (only ``columns`` when given).
+                   columns: list[str] | None = None, rows: tuple[int, int] | None = None,
+                   ) -> DataFrame:
+    """The rows of the inbox ``files`` as task rows (only ``columns`` when given; only
+    ``rows`` from its first to before its second, rows as ids count them).
 
     A task's id is its file's first id plus its place in the file
     (:meth:`Layout.put_files`), spaced for the tube's shards
     (:meth:`TubeContext.task_id`); its other columns come from the row
     (options given as Columns) and from its put's commit tag (the rest).
     """
+    frame = read_put_files(ctx, spark, files)
+    if rows is not None:
+        frame = frame.where(f"{task_row_sql()['task_id']} BETWEEN "
+                            f"{ctx.task_id(rows[0])} AND {ctx.task_id(rows[1] - 1)}")
+    return task_columns(frame, columns)
+
+
+def read_put_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
+                   ) -> DataFrame:
+    """The inbox ``files``' rows with their place ``_row`` in their file and, in
+    struct ``c``, their file's first id and commit and their put's tag values
+    (what :func:`task_columns` reads)."""
     payload = payload_schema(ctx)
     assert payload is not None  # there were puts
     rows = ctx.layout.read_files(ctx.layout.inbox(ctx.key), [f.name for f in files],
@@ -216,7 +262,7 @@ def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile
             f"{k} {t}" for k, t in fields))
         table = table.select("file", F.struct(*[k for k, _ in fields]).alias("c"))
         rows = rows.join(F.broadcast(table), rows["_file"] == table["file"])
-    return task_columns(rows, columns)
+    return rows
 
 
 class RunRows(NamedTuple):
@@ -228,13 +274,24 @@ class RunRows(NamedTuple):
 
 
 def run_frames(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
-               next_id: int) -> list[RunRows]:
-    """The task rows of the put ``files`` (``next_id`` after the last), one
-    :class:`RunRows` per run for an ingest to write side by side; none for no files."""
-    grouped = [run for run in runs(files, next_id, INGEST_RUN_ROWS) if run]
-    ends = [*[run[0].first_id for run in grouped[1:]], next_id]
-    return [RunRows(tasks_of_files(ctx, spark, run), ctx.task_id(run[0].first_id),
-                    ctx.task_id(end)) for run, end in zip(grouped, ends, strict=True)]
+               next_id: int, start: int | None = None, end: int | None = None,
+               ) -> list[RunRows]:
+    """The task rows of the put ``files`` (``next_id`` after the last; only their rows
+    from ``start`` to before ``end`` when given), one :class:`RunRows` per run
+    for an ingest to write side by side; none for no files."""
+    if not files:
+        return []
+    lo = max(files[0].first_id, start or 0)
+    hi = next_id if end is None else min(end, next_id)
+    grouped = [run for run in runs(files, hi, INGEST_RUN_ROWS, lo) if run]
+    firsts = [lo, *[run[0].first_id for run in grouped[1:]]]
+    out = []
+    for k, (run, first, after) in enumerate(zip(grouped, firsts, [*firsts[1:], hi],
+                                                strict=True)):
+        cut = first > run[0].first_id or (k == len(grouped) - 1 and hi < next_id)
+        out.append(RunRows(tasks_of_files(ctx, spark, run, rows=(first, after) if cut else None),
+                           ctx.task_id(first), ctx.task_id(after)))
+    return out
 
 
 def ingest(ctx: TubeContext) -> None:
@@ -244,22 +301,26 @@ def ingest(ctx: TubeContext) -> None:
     if upto <= ctx.ingested_upto:
         return
     cursor = layout.cursor(ctx.key)
-    if upto > cursor.version:
+    while upto > cursor.version:
         tasks = layout.tasks(ctx.key)
         before = layout.latest_version(tasks)
         files, next_id = layout.put_files(ctx.key, cursor, upto)
+        files = within(files, next_id, cursor.first_pending, next_id)
         if not files:  # only the sweeper's commits (purge, vacuum) since
-            ctx.ingested_upto = upto
-            return
+            break
         tag = CommitTag.new("ingest", upto=upto, next_id=next_id)
         with layout.tagged(tag) as sess:
-            layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id),
-                                [run.rows for run in run_frames(ctx, sess, files, next_id)])
-        # the append is skipped when another process ingested from this cursor
-        # first, maybe up to an older version: then only the cursor tells
-        if not any(tag.token in (info.get("userMetadata") or "")
-                   for _, info in layout.commit_infos(tasks, before)):
+            layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id), [
+                run.rows for run in run_frames(ctx, sess, files, next_id, cursor.first_pending)])
+        if any(tag.token in (info.get("userMetadata") or "")
+               for _, info in layout.commit_infos(tasks, before)):
+            break
+        # skipped: another process ingested from this cursor first, maybe up to an
+        # older version or in part (a take of new puts): then only the cursor tells
+        later = layout.cursor(ctx.key)
+        if later == cursor:
             return
+        cursor = later
     ctx.ingested_upto = upto
 
 

@@ -123,8 +123,6 @@ ACK = Op("ack", OWNED, None)
 UNBURY = {"status": "'ready'", "delay_end": "0.0D"}
 
 
-DUE = "{eff} = 'expired' OR ({eff} = 'ready' AND t.status IN ('taken', 'delayed'))"
-
 
 def mutate(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
            event: str | None = None, tag_extra: dict[str, int] | None = None,
@@ -490,38 +488,3 @@ def acked_rows(ctx: TubeContext, version: int, token: str, span: tuple[int, int]
     (``done``): an ack's result and its ``on_task_change`` event, however it committed."""
     return ctx.layout.changed_at(ctx.key, version, token, span[0], span[1], updates=False,
                                  removable=ids).select(*st.PUBLIC_COLUMNS)
-
-
-def expire(ctx: TubeContext) -> dict[str, int]:
-    """Write down what the clock has made due, in one commit; the counts per expiry.
-
-    Rows past their ttl are deleted (``ttl``); ended leases (``ttr``) and
-    passed delays (``delay``) become ``ready``. Reads already apply these
-    at their own time, so this changes no answer: it keeps the table small
-    and its stored states current for SQL readers. Due rows are found by
-    ``next_event`` (Tarantool's next-event index), whose file statistics
-    let Delta skip every file with nothing due. A row that changed after
-    it was chosen (another sweeper, a take, an ack) fails the MERGE as
-    stale and the choice is made again, so nothing is counted twice.
-    """
-    op = Op(
-        "sweep",
-        guard=f"CASE WHEN NOT ({DUE}) THEN 'Stale' END",
-        action={"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
-                "lease_end": "0.0D", "delay_end": "0.0D"},
-        delete_when="{eff} = 'expired'",
-        missing="Stale",
-        pending=True,
-    )
-
-    def due(now: float) -> DataFrame:
-        live = live_tasks(ctx, now, pending=False).where(f"next_event <= {sql_num(now)}")
-        return (live.where("eff = 'expired' OR (eff = 'ready' AND status IN "
-                           "('taken', 'delayed'))")
-                .withColumn("status", F.when(F.col("eff") == "expired", "expired")
-                            .otherwise(F.col("status"))))
-
-    done = apply(ctx, op, None, chooser=due)
-    counts = dict.fromkeys(EXPIRY_COUNTS, 0)
-    counts.update(done[1] if done is not None else {})
-    return counts

@@ -22,13 +22,14 @@ CALL_NAME = {"release_all": "release", "dig": "kick"}
 #: updated and deleted) or DELETE (an ack that removed whole files, its rows deleted):
 #: a put counts the rows it wrote; a take that also acked a consumer's previous
 #: batch counts its updates as takes and its deletes as acks; a take that replaced
-#: whole files (``engine.take.take_files``) counts what its tag says.
+#: whole files (``engine.take.take_files``) or ingested new puts (an append, with
+#: maybe a consumer's acked files removed) counts what its tag says.
 CALL_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
     "put": {"put": ("numOutputRows",)},
     "take": {"take": ("numTargetRowsUpdated", "numUpdatedRows", "take")},
     "take+ack": {"take": ("numTargetRowsUpdated", "take"),
                  "ack": ("numTargetRowsDeleted", "ack")},
-    "ingest+take": {"take": ("take",)},  # from its tag: an append has no rows-updated metric
+    "ingest+take": {"take": ("take",), "ack": ("ack",)},
 }
 
 #: Commits of the machinery, not of a Tarantool verb: they count no calls.

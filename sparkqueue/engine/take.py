@@ -1,11 +1,11 @@
-"""take: the strategies that choose and lease tasks (one commit of new puts, a range
-UPDATE of consecutive ids, a MERGE of a choice)."""
+"""take: the strategies that choose and lease tasks (one commit of new puts, in
+``fresh``; a rewrite of the head files; a range UPDATE of consecutive ids; a MERGE
+of a choice)."""
 
 from __future__ import annotations
 
 import bisect
 import time
-from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame
@@ -16,19 +16,9 @@ from .. import store as st
 from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .ingest import RunRows, empty, ingest, live_tasks, put_order_rows, run_frames
-from .ops import (
-    COLLECT_UPTO,
-    Chosen,
-    Op,
-    acked_rows,
-    action_set,
-    apply,
-    id_run,
-    lease_context,
-    note_taken_ids,
-    pick,
-)
+from .fresh import leased_result, take_fresh
+from .ingest import empty, ingest, live_tasks
+from .ops import COLLECT_UPTO, Chosen, Op, action_set, apply, id_run, lease_context
 
 
 def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
@@ -71,10 +61,9 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
                 chosen = ctx.driver.choose(rows, n, win)
         return chosen
 
-    if not acking:
-        fresh = take_fresh(ctx, take, n, win, who)
-        if fresh is not None:
-            return fresh
+    fresh = take_fresh(ctx, take, n, win, who, acking)
+    if fresh is not None:
+        return fresh
     deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
     leased = take_files(ctx, take, n, who, acking, deadline)
     if leased is not None:
@@ -114,163 +103,15 @@ def take_op(ctx: TubeContext) -> Op:
 def take_with_acks(ctx: TubeContext, n: int, who: str, acking: list[int]) -> DataFrame | None:
     """Up to ``n`` tasks taken in a commit that also acks ``acking`` (whole files of
     ``who``'s leases): :func:`take_files` carrying a consumer's previous batch,
-    so that a batch costs one commit that reads no acked data. None, having
-    committed nothing, where that does not apply."""
-    return take_files(ctx, take_op(ctx), n, who, acking)
-
-
-def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str) -> DataFrame | None:
-    """The take's tasks when it could choose only among puts not yet ingested:
-    they are ingested with the chosen ones already leased, in one commit.
-
-    That is when file statistics show that the tasks table holds no ready
-    task, with a driver that looks only at ready tasks and leases
-    (``head_only``, ``sub_queue_heads``): a consumer that keeps up with
-    its producers. Each new task is then written once, where an ingest
-    and a MERGE would write the leased ones twice and run two commits.
-    None when it does not apply or chose nothing (the ingest committed
-    all the same): the take then goes the usual way.
-
-    The commit has read the whole tasks table (:meth:`Layout.reading_all`),
-    so the leases it saw and the cursor it read stay true until it
-    commits, or it conflicts. A conflict sends the take the usual way
-    (ingest, then :func:`take_files` or the UPDATE or MERGE) rather than
-    trying again: a transaction that reads everything conflicts with any
-    other commit, so retried it could be starved.
-    """
-    driver = ctx.driver
-    if not (driver.head_only or driver.sub_queue_heads) or ctx.layout.accelerator is None:
-        return None
-    layout = ctx.layout
-    path = layout.tasks(ctx.key)
-    upto = layout.latest_version(layout.inbox(ctx.key))
-    if upto <= ctx.ingested_upto:
-        return None
-    try:
-        return ctx.guarded(lambda: ingest_taking(ctx, take, n, win, who, path, upto))
-    except Exception as e:
-        if st.is_conflict(e):
-            return None
-        raise
-
-
-def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: str,
-                  upto: int) -> DataFrame | None:
-    """:func:`take_fresh`'s one attempt."""
-    layout = ctx.layout
-    accelerator = layout.accelerator
-    assert accelerator is not None
-    txn = accelerator.reading_all(path)
-    now = ctx.now()
-    files = layout.files_at(path, int(txn.snapshot().version()))
-    if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
-        return None
-    cursor = layout.cursor(ctx.key)
-    if cursor.version >= upto:
-        ctx.ingested_upto = upto
-        return None
-    puts, next_id = layout.put_files(ctx.key, cursor, upto)
-    tag = CommitTag.new("ingest+take", upto=upto, next_id=next_id)
-    with layout.tagged(tag) as sess:
-        spans = run_frames(ctx, sess, puts, next_id)
-        if not spans or not accelerator.fits(txn, spans[0].rows):
-            return None
-        rows_first = put_order_rows(puts, next_id, n, now) if ctx.driver.head_only else None
-        head = None if rows_first is None else (ctx.task_id(rows_first[0]),
-                                                ctx.task_id(rows_first[1]))
-        if head is None and len(spans) == 1:  # read by the choice and the write
-            spans = [spans[0]._replace(rows=spans[0].rows.localCheckpoint())]
-        pending = reduce(DataFrame.unionByName, [run.rows for run in spans])
-        picked = pick(sess, now, None, lambda _: head or choice(ctx, pending, files, n, win, now),
-                      n if n <= COLLECT_UPTO else 0, step=ctx.shards)
-        rows = [run.rows for run in spans]
-        changes = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
-        if picked is not None:
-            chosen, lo, hi, counts, count = picked
-            tag = CommitTag(tag.op, tag.token, tuple(sorted(
-                {**dict(tag.extra), **counts, "take": count}.items())))
-            sess.conf.set(st.USER_METADATA, tag.json())
-            run = id_run(lo, hi, ctx.shards, count)
-            rows, changes = with_lease(spans, pending, chosen if run is None else (lo, hi),
-                                       action_set(take, tag, lease_context(now, who)))
-        version = accelerator.commit_ingest(txn, ctx.key, cursor, st.Cursor(upto, next_id),
-                                            rows, changes, tag)
-    ctx.ingested_upto = upto
-    if picked is None:
-        return None
-    result = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
-        *st.PUBLIC_COLUMNS)
-    note_taken_ids(result, run)
-    ctx.emit(result, "take")
-    return result
-
-
-def choice(ctx: TubeContext, pending: DataFrame, files: dict[str, dict[str, Any]], n: int,
-           win: int, now: float) -> DataFrame:
-    """The driver's choice among the ``pending`` task rows of an ingest+take,
-    with the leases that the tasks table's ``files`` hold where the driver
-    looks at sub-queues (they keep their sub-queues busy)."""
-    live = pending.withColumn("eff", F.expr(effective_status(now)))
-    held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
-            if ctx.driver.sub_queue_heads else [])
-    if held:
-        layout = ctx.layout
-        leased = (layout.read_task_files(layout.tasks(ctx.key), held, pending.sparkSession)
-                  .where("status = 'taken'").where("task_id >= 0")
-                  .withColumn("eff", F.expr(effective_status(now))))
-        live = live.unionByName(leased.where("eff = 'taken'"))
-    return ctx.driver.choose(live, n, win)
-
-
-def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tuple[int, int],
-               action: dict[str, str]) -> tuple[list[DataFrame], DataFrame]:
-    """An ingest+take's writes: the runs of puts (``spans``, whose union is
-    ``pending``) with the take's SET (``action``) on the ``chosen`` rows, and
-    the change feed's rows.
-
-    ``chosen`` is the leased ids' range when they are a run of ids: the rows
-    of a run of puts below, within and above it are then written apart, so
-    the leased ones fill files of their own (as :func:`take_files` writes
-    them) and their ack removes whole files. Otherwise it is the chosen rows,
-    joined. The feed comes in one pass over the puts: each put's insert, and
-    a taken one's post-image. No pre-image: it would repeat the insert, a
-    state no version held, and changes() reads inserts and post-images only.
-    """
-    columns = pending.columns
-
-    def marked(frame: DataFrame) -> DataFrame:
-        """``frame`` with ``arg_take``: whether the take leases the row."""
-        if isinstance(chosen, tuple):  # a run of ids: no join
-            return frame.withColumn("arg_take", F.expr(
-                f"task_id BETWEEN {chosen[0]} AND {chosen[1]}"))
-        return frame.join(F.broadcast(chosen.select(
-            "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
-
-    def with_take(frame: DataFrame, where: str, *extra: str) -> DataFrame:
-        """``frame``'s task columns, with the take's SET where ``where``."""
-        return frame.alias("t").selectExpr(*[
-            f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}"
-            if c in action else c for c in columns], *extra)
-
-    def pieces(frame: DataFrame, first: int, end: int) -> list[DataFrame]:
-        """The run's rows, cut where the leased range begins and ends within it."""
-        if not isinstance(chosen, tuple) or chosen[1] < first or chosen[0] >= end:
-            return [frame]
-        lo, hi = chosen
-        cuts = [f"task_id BETWEEN {lo} AND {hi}"]
-        if lo > first:
-            cuts.insert(0, f"task_id < {lo}")
-        if hi + 1 < end:
-            cuts.append(f"task_id > {hi}")
-        return [frame.where(cut) for cut in cuts]
-
-    rows = [with_take(marked(piece), "t.arg_take")
-            for run in spans for piece in pieces(run.rows, run.first, run.end)]
-    changes = with_take(marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
-        "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
-        "ELSE array('insert') END"))),
-                        f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
-    return rows, changes
+    so that a batch costs one commit that reads no acked data; or, with puts not
+    yet ingested, :func:`take_fresh`'s one commit that ingests the tasks it
+    leases. None, having committed nothing, where neither applies."""
+    take = take_op(ctx)
+    if ctx.driver.head_only:
+        fresh = take_fresh(ctx, take, n, 1, who, acking)
+        if fresh is not None:
+            return fresh
+    return take_files(ctx, take, n, who, acking)
 
 
 def take_files(ctx: TubeContext, take: Op, n: int, who: str,
@@ -325,14 +166,8 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
                 txn, files, names + acked,
                 leasing(layout.read_task_files(path, names, sess), take, tag, n, rows, who, now),
                 tag, file_rows(n))
-        if acking:
-            ctx.emit(acked_rows(ctx, version, tag.token, (acking[0], acking[-1]),
-                                st.id_frame(ctx.spark, acking, ctx.shards)), "ack")
-        result = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
-            *st.PUBLIC_COLUMNS)
-        note_taken_ids(result, leased_run(written, min(n, rows), ctx.shards))
-        ctx.emit(result, "take")
-        return result
+        return leased_result(ctx, version, tag.token, (lo, hi),
+                             leased_run(written, min(n, rows), ctx.shards), acking)
 
     return ctx.guarded(lambda: st.retrying(
         attempt, deadline=deadline or ctx.deadline(), what=f"take on {ctx.name!r}"))

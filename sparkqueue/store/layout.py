@@ -195,8 +195,9 @@ class Layout(LogReader):
         new ``cursor``, unless an ingest from ``since`` (or a later cursor) was committed.
 
         One transaction id for all ingests of a tube, its version the cursor
-        the ingest starts from: Delta skips an append whose version is not
-        above the last one committed, and refuses one that races another
+        the ingest starts from (:meth:`Cursor.txn_version`): Delta skips an
+        append whose version is not above the last one committed, and
+        refuses one that races another
         with the same id. One id, not one per cursor, so the table's state
         keeps one entry however many ingests ran, with no retention to set
         (an id that expired would let a late duplicate through). Finding the
@@ -205,7 +206,7 @@ class Layout(LogReader):
         4.4 reads transaction ids from the state, not from its checksum files.
         """
         append(ingest_frame(runs, cursor).write.format("delta").mode("append")
-               .option("txnAppId", INGEST_TXN).option("txnVersion", since.version)
+               .option("txnAppId", INGEST_TXN).option("txnVersion", since.txn_version())
                .option("mergeSchema", "true")
                .option("maxRecordsPerFile", schema.TASK_FILE_ROWS), self.tasks(tube))
 

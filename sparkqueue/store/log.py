@@ -9,6 +9,7 @@ the JSON commit files are read through the Hadoop FileSystem instead.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from pyspark.errors import AnalysisException
@@ -30,6 +31,24 @@ def commit_info(text: str) -> dict[str, Any] | None:
         if line.startswith('{"commitInfo"'):
             return dict(json.loads(line)["commitInfo"])
     return None
+
+
+
+#: A data file's name as Spark and Delta write it: ``part-<task's partition>-<a UUID
+#: of its own>-c<the task's file counter>`` then the extension.
+_PART_NAME = re.compile(r"^part-(\d+)-.*-c(\d+)\.[^/]*$")
+
+
+def write_order(path: str) -> tuple[int, int, str]:
+    """Where a file an append added comes in its rows' order: by the writing task's
+    partition (the DataFrame's partition order), then by the task's file counter
+    (a task that reached ``maxRecordsPerFile`` went on in a new file); its name
+    alone where it is not such a name. Not the name: each file has a UUID of its
+    own, so one task's files do not sort by name in the order it wrote them."""
+    found = _PART_NAME.match(path.rsplit("/", 1)[-1])
+    if found is None:
+        return (-1, -1, path)
+    return (int(found.group(1)), int(found.group(2)), path)
 
 
 class LogReader(Paths):
@@ -177,7 +196,7 @@ class LogReader(Paths):
         """The last inbox version ingested into the tasks table, and the next task id.
 
         Ingests chain (each starts from the cursor the previous one left), so
-        the newest ingest commit's tag (``upto``, ``next_id``) is the cursor:
+        the newest ingest commit's tag (``upto``, ``next_id``, ``partial``) is the cursor:
         read from the log, from where this process last looked or, in a new
         process, back from the newest commit. Only when the log no longer
         holds an ingest (log retention) is the newest marker row read, with
@@ -194,14 +213,16 @@ class LogReader(Paths):
                 raise QueueError(f"tube {tube!r} was made by an earlier sparkqueue (task ids "
                                  "from Delta row tracking), which this one does not read")
             if found:
-                cursor = Cursor(int(found[-1]["upto"]), int(found[-1]["next_id"]))
+                cursor = Cursor(int(found[-1]["upto"]), int(found[-1]["next_id"]),
+                                int(found[-1].get("partial", 0)))
             elif since < 0 and self.commit_text(path, 0) is not None:
                 cursor = Cursor(0, 0)  # the whole log read, no ingest in it: a new tube
             elif seen < 0:
-                row = (self.read(path).where("task_id < 0").orderBy(F.desc("inbox_version"))
-                       .select("inbox_version", "order_key").first())
+                row = (self.read(path).where("task_id < 0")  # the newest marker: the lowest id
+                       .orderBy("task_id")
+                       .select("inbox_version", "order_key", "taken_count").first())
                 if row is not None:
-                    cursor = Cursor(int(row[0]), int(row[1]))
+                    cursor = Cursor(int(row[0]), int(row[1]), int(row[2] or 0))
             self._cursors[path] = (latest, cursor)
         return cursor
 
@@ -209,11 +230,12 @@ class LogReader(Paths):
     def put_files(self, tube: str, anchor: Cursor, upto: int) -> tuple[list[PutFile], int]:
         """The data files the inbox's put commits after ``anchor`` up to ``upto``
         added, in id order, each with its first task id; and the id after them.
+        (The first ``anchor.partial`` rows of them are ingested already.)
 
         Ids count the rows put: the first file of a put commit starts where
-        the previous commit's rows ended, files within a commit follow their
-        names (Spark's part numbers: the DataFrame's partition order), a row's
-        id is its file's first id plus its place in the file. All of it is in
+        the previous commit's rows ended, files within a commit follow the
+        order they were written in (:func:`write_order`), a row's id is its
+        file's first id plus its place in the file. All of it is in
         the commit files (each ``add`` carries its row count, unless Delta's
         statistics are off: then one Spark count), so ids cost no Spark job,
         and an append needs no table feature that makes Delta read
@@ -221,6 +243,7 @@ class LogReader(Paths):
         anchor: a producer whose puts nobody ingests yet reads each commit once.
         """
         inbox = self.inbox(tube)
+        anchor = Cursor(anchor.version, anchor.next_id)  # ids count from here, whatever is partial
         known = self._put_files.get(inbox)
         if known is None or known[0] != anchor:
             known = (anchor, anchor.version, [], anchor.next_id)
@@ -246,7 +269,8 @@ class LogReader(Paths):
                     "compacted or changed outside sparkqueue")
             if tag is None or tag["sq"] != "put":
                 continue
-            adds = sorted((a["add"] for a in actions if "add" in a), key=lambda a: a["path"])
+            adds = sorted((a["add"] for a in actions if "add" in a),
+                          key=lambda a: write_order(a["path"]))
             counts = self._row_counts(inbox, version, adds)
             for add, rows in zip(adds, counts, strict=True):
                 files.append(PutFile(add["path"].rsplit("/", 1)[-1], version, next_id, tag["put"]))

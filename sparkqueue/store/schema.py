@@ -103,6 +103,11 @@ PUBLIC_COLUMNS = ["task_id", "status", "data", "pri", "utube", "owner", "created
 #: so each file covers a narrow task_id range and MERGE bounds prune the rest.
 TASK_FILE_ROWS = 20_000
 
+#: Rows per file of the inbox, at most. A take of new puts reads the files that
+#: hold the tasks it leases (``engine.fresh.ingest_taking``): whole files, as
+#: Parquet cannot skip to a row, so a put's files bound what a take reads.
+INBOX_FILE_ROWS = 100_000
+
 #: Commits between Delta checkpoints of a tube's tables (Delta's default: 10). A
 #: queue commits often and small (two a batch for take and ack), and the commit
 #: that writes a checkpoint rebuilds the table's state and writes it in Spark
@@ -128,10 +133,33 @@ RUNS_INLINE = 64
 
 
 class Cursor(NamedTuple):
-    """How far ingest got: the last inbox version ingested, and the next task id."""
+    """How far ingest got: the last inbox version whose puts are all ingested, the
+    next task id (counted in rows put: the first of the puts after it), and
+    how many rows of those later puts are ingested already (``partial``: a
+    take of new puts ingests only the tasks it leases, the lowest ids first,
+    see ``engine.fresh.ingest_taking``)."""
 
     version: int
     next_id: int
+    partial: int = 0
+
+    @property
+    def first_pending(self) -> int:
+        """The first row (in id order) not ingested yet."""
+        return self.next_id + self.partial
+
+    def txn_version(self) -> int:
+        """The ingest transaction version (``txnVersion`` of :data:`INGEST_TXN`) of an
+        ingest starting here: it grows with the cursor, the version then the
+        partial rows (below ``PARTIAL_ROWS``), so Delta skips an ingest from a
+        cursor that another ingest has left behind. Above the bare inbox
+        version that ingests recorded before cursors were partial."""
+        return (self.version << 32) | self.partial
+
+
+#: The most rows an ingest leaves ingested in part (``Cursor.partial``): they share
+#: the ingest transaction version with the inbox version (``Cursor.txn_version``).
+PARTIAL_ROWS = 1 << 31
 
 
 @dataclass(frozen=True)

@@ -140,7 +140,9 @@ def feed_start(spark: SparkSession, ref: str) -> int:
 
 def ingest_frame(runs: list[DataFrame], cursor: Cursor) -> DataFrame:
     """``runs`` (ingested tasks, each a run of consecutive ids) laid out for the tasks
-    table, with the marker of ``cursor``.
+    table, with the marker of ``cursor`` (its version, next id and partial rows
+    in ``inbox_version``, ``order_key`` and ``taken_count``; ``task_id`` below
+    every earlier marker's: ``-1 - cursor.txn_version()``).
 
     One writer per run, ids in order: each run's files hold consecutive ids,
     schema.TASK_FILE_ROWS each from the run's first, and the marker a file
@@ -152,8 +154,8 @@ def ingest_frame(runs: list[DataFrame], cursor: Cursor) -> DataFrame:
     ``paths.COMMIT_SETTINGS``).
     """
     marker = runs[0].sparkSession.createDataFrame(  # one row: one partition
-        [(-1 - cursor.version, MARKER, cursor.version, cursor.next_id)],
-        "task_id long, status string, inbox_version long, order_key long",
+        [(-1 - cursor.txn_version(), MARKER, cursor.version, cursor.next_id, cursor.partial)],
+        "task_id long, status string, inbox_version long, order_key long, taken_count long",
     )
     frames = [run.coalesce(1).sortWithinPartitions("task_id") for run in runs]
     return reduce(DataFrame.unionByName, frames).unionByName(marker, allowMissingColumns=True)

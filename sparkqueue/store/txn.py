@@ -74,7 +74,8 @@ class Accelerator:
         return have == table
 
     def commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
-                      runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag) -> int:
+                      runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag,
+                      removed: dict[str, dict[str, Any]] | None = None) -> int:
         """Commit in ``txn`` (see :meth:`reading_all`) the ingest of ``runs`` (task
         rows, each a run of consecutive ids, written side by side as
         :func:`ingest_frame` lays them out) from ``since`` to ``cursor``, some
@@ -84,6 +85,9 @@ class Accelerator:
         (a new tube), the commit adds the rows' payload column, every part of
         it nullable, as an append with ``mergeSchema`` would.
 
+        ``removed``: data files (their statistics, as :meth:`files_at` gives them)
+        the same commit removes whole (a consumer's acked batch).
+
         It records the ingest transaction id as :meth:`write_marker` does, so
         an ingest from the same cursor by that way is skipped or conflicts.
         An ingest already committed from ``since`` is not looked for: the
@@ -91,7 +95,7 @@ class Accelerator:
         makes this one conflict.
         """
         actions = self.jvm.java.util.ArrayList()
-        actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.version,
+        actions.add(self._action({"txn": {"appId": INGEST_TXN, "version": since.txn_version(),
                                           "lastUpdated": int(time.time() * 1000)}}))
         meta = json.loads(txn.metadata().json())
         table = json.loads(meta["metaData"]["schemaString"])
@@ -105,6 +109,8 @@ class Accelerator:
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
                 changes, allowMissingColumns=True)
         self._write(txn, frame, schema.TASK_FILE_ROWS, actions)
+        for name, file in (removed or {}).items():
+            actions.add(self._removal(name, file))
         return self._commit_actions(txn, actions, tag, appended=True)
 
     @staticmethod

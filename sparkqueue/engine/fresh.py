@@ -1,0 +1,235 @@
+"""The take of puts not yet ingested, in one commit (``ingest+take``): the puts' rows
+written with the chosen ones already leased, or only the leased ones where the
+puts' tags tell which they are."""
+
+from __future__ import annotations
+
+from functools import reduce
+from typing import Any, NamedTuple
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .. import store as st
+from ..store import CommitTag, effective_status
+from .context import TubeContext
+from .ingest import RunRows, advanced, put_order_rows, run_frames, within
+from .ops import (
+    COLLECT_UPTO,
+    Op,
+    acked_rows,
+    action_set,
+    id_run,
+    lease_context,
+    note_taken_ids,
+    pick,
+)
+
+__all__ = ["take_fresh", "leased_result"]
+
+
+def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
+               acking: list[int] | None = None) -> DataFrame | None:
+    """The take's tasks when it could choose only among puts not yet ingested:
+    they are ingested with the chosen ones already leased, in one commit.
+
+    That is when file statistics show that the tasks table holds no ready
+    task, with a driver that looks only at ready tasks and leases
+    (``head_only``, ``sub_queue_heads``): a consumer that keeps up with
+    its producers. Each new task is then written once, where an ingest
+    and a MERGE would write the leased ones twice and run two commits.
+    None when it does not apply or chose nothing (the ingest committed
+    all the same): the take then goes the usual way.
+
+    The commit has read the whole tasks table (:meth:`Layout.reading_all`),
+    so the leases it saw and the cursor it read stay true until it
+    commits, or it conflicts. A conflict sends the take the usual way
+    (ingest, then :func:`take_files` or the UPDATE or MERGE) rather than
+    trying again: a transaction that reads everything conflicts with any
+    other commit, so retried it could be starved.
+
+    When the driver takes the lowest ids and the puts' tags say which those
+    are (:func:`ingest.put_order_rows`), the commit ingests the leased tasks
+    alone and leaves the others in the inbox (``Cursor.partial``): each new
+    task is then written once, leased, where ingesting them all would write
+    the others ready and the next takes write them again. ``acking``: a
+    consumer's previous batch, whole files of ``who``'s leases
+    (:func:`store.whole_files`), removed by the same commit on a table that
+    keeps no change feed; else None, having committed nothing.
+    """
+    driver = ctx.driver
+    if not (driver.head_only or driver.sub_queue_heads) or ctx.layout.accelerator is None:
+        return None
+    layout = ctx.layout
+    path = layout.tasks(ctx.key)
+    upto = layout.latest_version(layout.inbox(ctx.key))
+    if upto <= ctx.ingested_upto:
+        return None
+    try:
+        return ctx.guarded(lambda: ingest_taking(ctx, take, n, win, who, path, upto, acking))
+    except Exception as e:
+        if st.is_conflict(e):
+            return None
+        raise
+
+
+class FreshPlan(NamedTuple):
+    """What an ingest+take writes: the puts' rows from ``start`` (row numbers as ids
+    count them) up to the new ``cursor``, in runs (``spans``), and the ids
+    leased when the puts' tags tell them (``head``)."""
+
+    cursor: st.Cursor
+    spans: list[RunRows]
+    head: tuple[int, int] | None
+
+
+def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: int, n: int,
+               now: float) -> FreshPlan:
+    """The rows an ingest+take from ``cursor`` writes: every put up to inbox version
+    ``upto``; or, where the puts' tags tell that a ``head_only`` driver leases
+    their first rows, those alone (keeping the cursor's partial rows in bounds)."""
+    every, next_id = ctx.layout.put_files(ctx.key, cursor, upto)
+    start = cursor.first_pending
+    puts = within(every, next_id, start, next_id)
+    rows = put_order_rows(puts, next_id, n, now, start) if ctx.driver.head_only else None
+    after = st.Cursor(upto, next_id)
+    if rows is not None:
+        part = advanced(cursor, every, next_id, upto, rows[1] + 1)
+        after = part if part.partial < st.schema.PARTIAL_ROWS else after
+    spans = run_frames(ctx, spark, within(puts, next_id, start, after.first_pending), next_id,
+                       start, after.first_pending)
+    head = None if rows is None else (ctx.task_id(rows[0]), ctx.task_id(rows[1]))
+    return FreshPlan(after, spans, head)
+
+
+def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: str,
+                  upto: int, acking: list[int] | None = None) -> DataFrame | None:
+    """:func:`take_fresh`'s one attempt."""
+    layout = ctx.layout
+    accelerator = layout.accelerator
+    assert accelerator is not None
+    txn = accelerator.reading_all(path)
+    now = ctx.now()
+    files = layout.files_at(path, int(txn.snapshot().version()))
+    if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
+        return None
+    cursor = layout.cursor(ctx.key)
+    if cursor.version >= upto:
+        ctx.ingested_upto = upto
+        return None
+    acked = st.whole_files(files, acking, who, now, ctx.shards) if acking else []
+    if acked is None or (acked and accelerator.keeps_feed(txn)):
+        return None  # not whole files, or the feed would miss their removal
+    tag = CommitTag.new("ingest+take")
+    with layout.tagged(tag) as sess:
+        plan = fresh_plan(ctx, sess, cursor, upto, n, now)
+        if not plan.spans or not accelerator.fits(txn, plan.spans[0].rows) or (
+                acked and plan.head is None):
+            return None  # (acks only where the take surely leases: nothing else commits)
+        after, spans, head = plan
+        tag = tag.adding(upto=after.version, next_id=after.next_id,
+                         **({"partial": after.partial} if after.partial else {}),
+                         **({"ack": len(acking or [])} if acked else {}))
+        if head is None and len(spans) == 1:  # read by the choice and the write
+            spans = [spans[0]._replace(rows=spans[0].rows.localCheckpoint())]
+        pending = reduce(DataFrame.unionByName, [run.rows for run in spans])
+        picked = pick(sess, now, None, lambda _: head or choice(ctx, pending, files, n, win, now),
+                      n if n <= COLLECT_UPTO else 0, step=ctx.shards)
+        rows = [run.rows for run in spans]
+        changes = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
+        if picked is not None:
+            chosen, lo, hi, counts, count = picked
+            tag = tag.adding(**counts, take=count)
+            sess.conf.set(st.USER_METADATA, tag.json())
+            run = id_run(lo, hi, ctx.shards, count)
+            rows, changes = with_lease(spans, pending, chosen if run is None else (lo, hi),
+                                       action_set(take, tag, lease_context(now, who)))
+        version = accelerator.commit_ingest(txn, ctx.key, cursor, after, rows, changes, tag,
+                                            {name: files[name] for name in acked})
+    if after.version >= upto:
+        ctx.ingested_upto = upto
+    if picked is None:  # (never with acks: they go only with a take's known head)
+        return None
+    return leased_result(ctx, version, tag.token, (lo, hi), run, acking if acked else None)
+
+
+def choice(ctx: TubeContext, pending: DataFrame, files: dict[str, dict[str, Any]], n: int,
+           win: int, now: float) -> DataFrame:
+    """The driver's choice among the ``pending`` task rows of an ingest+take,
+    with the leases that the tasks table's ``files`` hold where the driver
+    looks at sub-queues (they keep their sub-queues busy)."""
+    live = pending.withColumn("eff", F.expr(effective_status(now)))
+    held = ([name for name, f in files.items() if st.may_hold(f, "taken")]
+            if ctx.driver.sub_queue_heads else [])
+    if held:
+        layout = ctx.layout
+        leased = (layout.read_task_files(layout.tasks(ctx.key), held, pending.sparkSession)
+                  .where("status = 'taken'").where("task_id >= 0")
+                  .withColumn("eff", F.expr(effective_status(now))))
+        live = live.unionByName(leased.where("eff = 'taken'"))
+    return ctx.driver.choose(live, n, win)
+
+
+def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tuple[int, int],
+               action: dict[str, str]) -> tuple[list[DataFrame], DataFrame]:
+    """An ingest+take's writes: the runs of puts (``spans``, whose union is
+    ``pending``) with the take's SET (``action``) on the ``chosen`` rows, and
+    the change feed's rows.
+
+    ``chosen`` is the leased ids' range when they are a run of ids: the rows
+    of a run of puts below, within and above it are then written apart, so
+    the leased ones fill files of their own (as :func:`take_files` writes
+    them) and their ack removes whole files. Otherwise it is the chosen rows,
+    joined. The feed comes in one pass over the puts: each put's insert, and
+    a taken one's post-image. No pre-image: it would repeat the insert, a
+    state no version held, and changes() reads inserts and post-images only.
+    """
+    columns = pending.columns
+
+    def marked(frame: DataFrame) -> DataFrame:
+        """``frame`` with ``arg_take``: whether the take leases the row."""
+        if isinstance(chosen, tuple):  # a run of ids: no join
+            return frame.withColumn("arg_take", F.expr(
+                f"task_id BETWEEN {chosen[0]} AND {chosen[1]}"))
+        return frame.join(F.broadcast(chosen.select(
+            "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
+
+    def with_take(frame: DataFrame, where: str, *extra: str) -> DataFrame:
+        """``frame``'s task columns, with the take's SET where ``where``."""
+        return frame.alias("t").selectExpr(*[
+            f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}"
+            if c in action else c for c in columns], *extra)
+
+    def pieces(frame: DataFrame, first: int, end: int) -> list[DataFrame]:
+        """The run's rows, cut where the leased range begins and ends within it."""
+        if not isinstance(chosen, tuple) or chosen[1] < first or chosen[0] >= end:
+            return [frame]
+        lo, hi = chosen
+        cuts = [f"task_id BETWEEN {lo} AND {hi}"]
+        if lo > first:
+            cuts.insert(0, f"task_id < {lo}")
+        if hi + 1 < end:
+            cuts.append(f"task_id > {hi}")
+        return [frame.where(cut) for cut in cuts]
+
+    rows = [with_take(marked(piece), "t.arg_take")
+            for run in spans for piece in pieces(run.rows, run.first, run.end)]
+    changes = with_take(marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
+        "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
+        "ELSE array('insert') END"))),
+                        f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
+    return rows, changes
+
+
+def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, int],
+                  run: list[int] | None, acking: list[int] | None = None) -> DataFrame:
+    """A take's result: the tasks its commit ``version`` (tagged ``token``) leased, ids
+    within ``span`` (``run``: them, where known), with their ``on_task_change``
+    events sent, after those of the ``acking`` ids the same commit acked."""
+    if acking:
+        ctx.emit(acked_rows(ctx, version, token, (acking[0], acking[-1]),
+                            st.id_frame(ctx.spark, acking, ctx.shards)), "ack")
+    result = ctx.layout.changed_at(ctx.key, version, token, *span).select(*st.PUBLIC_COLUMNS)
+    note_taken_ids(result, run)
+    ctx.emit(result, "take")
+    return result

@@ -1,0 +1,185 @@
+"""A take of new puts ingests the tasks it leases alone: the first ids, when the
+puts' tags say they are the ones a fifo takes. The rest stay in the inbox,
+the cursor counting the rows ingested of the puts after its version
+(``Cursor.partial``), until a later take or an ingest moves them, once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+import sparkqueue
+from sparkqueue import Queue, Tube, store
+from sparkqueue.engine.ingest import ingest
+from sparkqueue.store import Layout
+from sparkqueue.sweep import purge
+
+from .conftest import ids
+from .test_ack_files import operations
+from .test_fresh_take import primed, tasks_version
+
+
+def stored_ids(t: Tube) -> list[int]:
+    """The task ids in the tasks table, as stored (a duplicate would show twice)."""
+    rows = t.context.layout.read(t.context.layout.tasks(t.name)).where("task_id >= 0")
+    return sorted(r["task_id"] for r in rows.select("task_id").collect())
+
+
+def test_a_take_of_new_puts_ingests_only_the_tasks_it_leases(sq: Queue) -> None:
+    t = primed(sq, "part", "fifottl")
+    t.put([{"n": i} for i in range(5)])
+    t.put([{"n": i} for i in range(5, 8)])
+    layout = t.context.layout
+    before = tasks_version(t)
+    assert ids(t.take(2)) == [1, 2]
+    assert operations(t, before) == [("WRITE", "ingest+take")]
+    assert stored_ids(t) == [1, 2], "the others wait in the inbox"
+    assert layout.cursor("part").partial == 2
+    assert [r["status"] for r in t.peek(list(range(1, 9))).orderBy("task_id").collect()] == [
+        "taken", "taken", *["ready"] * 6], "tasks in the inbox are seen where they are"
+    stats = t.statistics()["tasks"]
+    assert (stats["taken"], stats["ready"], stats["total"]) == (2, 6, 8)
+
+    assert ids(t.take(4)) == [3, 4, 5, 6], "the rest of one put and the next one's first"
+    assert stored_ids(t) == list(range(1, 7))
+    assert ids(t.take(5)) == [7, 8]
+    assert stored_ids(t) == list(range(1, 9)), "each task once"
+    cursor = layout.cursor("part")
+    assert (cursor.partial, cursor.version) == (0, layout.latest_version(layout.inbox("part")))
+    assert operations(t, before) == [("WRITE", "ingest+take")] * 3
+    t.ack(list(range(1, 9)))
+    assert t.statistics()["tasks"]["total"] == 0
+
+
+def test_an_ingest_after_a_partial_take_moves_the_rest_once(
+        sq: Queue, spark: SparkSession) -> None:
+    """An ingest from the cursor the take ingested from is skipped, as from any
+    cursor left behind; an ingest from the partial cursor moves the rest."""
+    t = primed(sq, "rest", "fifottl")
+    t.put([{"n": i} for i in range(4)])
+    layout = t.context.layout
+    start, upto = layout.cursor("rest"), layout.latest_version(layout.inbox("rest"))
+    late = t.context.layout.read(layout.tasks("rest")).limit(0)
+    assert ids(t.take(1)) == [1]
+    after = tasks_version(t)
+    layout.write_marker("rest", start, store.Cursor(upto, 5), [late])
+    assert tasks_version(t) == after, "the ingest from the earlier cursor was skipped"
+    other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("rest")
+    ingest(other.context)
+    assert stored_ids(t) == [1, 2, 3, 4]
+    assert layout.cursor("rest") == store.Cursor(upto, 5)
+    ingest(t.context)
+    assert stored_ids(t) == [1, 2, 3, 4], "nothing left to ingest"
+    assert ids(t.take(5)) == [2, 3, 4]
+
+
+def test_an_ingest_that_loses_to_a_partial_take_ingests_what_it_left(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another consumer's take ingests the first tasks between an ingest's read of
+    the cursor and its append: the append is skipped (its transaction version
+    is the take's), and the ingest goes on from the cursor the take left."""
+    t = primed(sq, "race", "fifottl")
+    t.put([{"n": i} for i in range(3)])
+    other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("race")
+    write = Layout.write_marker
+    raced: list[list[int]] = []
+
+    def take_first(self: Layout, *args: Any, **kwargs: Any) -> None:
+        if not raced:
+            raced.append(ids(other.take(1)))
+        write(self, *args, **kwargs)
+
+    monkeypatch.setattr(Layout, "write_marker", take_first)
+    before = tasks_version(t)
+    ingest(t.context)
+    assert raced == [[1]]
+    assert [op for _, op in operations(t, before)] == ["ingest+take", "ingest"]
+    assert stored_ids(t) == [1, 2, 3], "each task once"
+    assert ids(t.take(5)) == [2, 3]
+
+
+def test_the_cursor_of_a_partial_take_is_kept_in_its_marker(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where the log no longer shows an ingest (retention, or many commits since),
+    the newest marker row gives the cursor, its partial rows too."""
+    t = primed(sq, "mark", "fifottl")
+    t.put([{"n": i} for i in range(4)])
+    assert ids(t.take(2)) == [1, 2]
+    t.ack([1, 2])
+    monkeypatch.setattr(store.schema, "CURSOR_LOOKBACK", 0)
+    fresh = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock)
+    assert fresh.layout.cursor("mark") == t.context.layout.cursor("mark")
+    assert fresh.layout.cursor("mark").partial == 2
+    assert ids(fresh.tube("mark").take(5)) == [3, 4]
+
+
+def test_the_sweeper_keeps_the_inbox_files_a_take_ingested_in_part(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It purges the puts ingested whole, and every cursor marker but the newest
+    (each partial take within one put leaves one)."""
+    t = primed(sq, "swept", "fifottl")
+    t.put([{"n": i} for i in range(4)])
+    layout = t.context.layout
+    assert ids(t.take(1)) == [1] and ids(t.take(1)) == [2]
+
+    def markers() -> int:
+        return layout.read(layout.tasks("swept")).where("task_id < 0").count()
+
+    assert markers() == 3, "the primed tube's ingest, and the two takes'"
+    purge(t)
+    assert markers() == 1
+    assert layout.read(layout.inbox("swept")).count() == 4, "its put is ingested in part"
+    monkeypatch.setattr(store.schema, "CURSOR_LOOKBACK", 0)
+    fresh = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock)
+    assert fresh.layout.cursor("swept") == layout.cursor("swept"), "from the marker kept"
+    assert ids(t.take(5)) == [3, 4]
+    sq.sweep("swept")
+    assert layout.read(layout.inbox("swept")).count() == 0, "all ingested: purged"
+
+
+def test_a_put_of_files_past_the_inbox_file_size_numbers_rows_in_order(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One writer's rows go into several files (each with a UUID of its own in its
+    name): ids follow the order they were written in, not the names' order."""
+    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 2)
+    t = primed(sq, "order", "fifottl")
+    t.put(spark.range(9).coalesce(1).selectExpr("id AS n"))
+    layout = t.context.layout
+    inbox = layout.inbox("order")
+    files = layout.files_at(inbox, layout.latest_version(inbox)) or {}
+    assert sorted(f["rows"] for f in files.values()) == [1, 1, 2, 2, 2, 2], (
+        "the primed put's file, and one writer's five")
+    got = t.take(3)
+    assert sorted((r["task_id"], r["data"]["n"]) for r in got.collect()) == [
+        (1, 0), (2, 1), (3, 2)]
+    rest = t.peek(list(range(4, 10))).collect()
+    assert sorted((r["task_id"], r["data"]["n"]) for r in rest) == [(i + 1, i) for i in range(3, 9)]
+
+
+def test_a_sharded_tube_takes_its_new_puts_in_part_by_shard(sq: Queue) -> None:
+    t = sq.create_tube("sharded", "fifottl", shards=2)
+    t.put([{"n": i} for i in range(4)])
+    first = ids(t.take(1))
+    shard = first[0] % 2
+    rest = ids(t.take(5))
+    assert [i % 2 for i in first + rest] == [shard] * 4, "one shard's tasks"
+    assert first + rest == sorted(first + rest), "in id order"
+
+
+def test_a_consumer_of_new_puts_takes_each_batch_with_the_last_ones_acks(sq: Queue) -> None:
+    """Each batch is one commit: it ingests the tasks it leases and removes the
+    previous batch's files (whole files of the consumer's leases)."""
+    t = primed(sq, "drain", "fifottl", change_feed=False)
+    t.put([{"n": i} for i in range(5)])
+    before = tasks_version(t)
+    seen: list[list[int]] = []
+    progress = sparkqueue.Consumer(t, lambda batch: seen.append(ids(batch)), batch_size=2,
+                                   take_timeout=0, idle_timeout=0).run()
+    assert seen == [[1, 2], [3, 4], [5]] and progress.done == 5
+    assert [op for _, op in operations(t, before)] == ["ingest+take"] * 3 + ["ack"]
+    calls = t.statistics()["calls"]
+    assert (calls["take"], calls["ack"]) == (6, 6), "the primed task's take and ack, and five"
+    assert stored_ids(t) == []
