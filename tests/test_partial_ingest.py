@@ -1,7 +1,8 @@
 """A take of new puts ingests the tasks it leases alone: the first ids, when the
-puts' tags say they are the ones a fifo takes. The rest stay in the inbox,
-the cursor counting the rows ingested of the puts after its version
-(``Cursor.partial``), until a later take or an ingest moves them, once.
+puts' tags say they are the ones a fifo takes and they fill at least half the
+put files that hold them (here, puts write files of two rows). The rest stay
+in the inbox, the cursor counting the rows ingested of the puts after its
+version (``Cursor.partial``), until a later take or an ingest moves them, once.
 """
 
 from __future__ import annotations
@@ -20,6 +21,11 @@ from sparkqueue.sweep import purge
 from .conftest import ids
 from .test_ack_files import operations
 from .test_fresh_take import primed, tasks_version
+
+
+@pytest.fixture(autouse=True)
+def small_inbox_files(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 2)
 
 
 def stored_ids(t: Tube) -> list[int]:
@@ -144,7 +150,6 @@ def test_a_put_of_files_past_the_inbox_file_size_numbers_rows_in_order(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     """One writer's rows go into several files (each with a UUID of its own in its
     name): ids follow the order they were written in, not the names' order."""
-    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 2)
     t = primed(sq, "order", "fifottl")
     t.put(spark.range(9).coalesce(1).selectExpr("id AS n"))
     layout = t.context.layout
@@ -183,3 +188,17 @@ def test_a_consumer_of_new_puts_takes_each_batch_with_the_last_ones_acks(sq: Que
     calls = t.statistics()["calls"]
     assert (calls["take"], calls["ack"]) == (6, 6), "the primed task's take and ack, and five"
     assert stored_ids(t) == []
+
+
+def test_a_small_take_of_a_big_put_ingests_it_all(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its tasks would be a few rows of the files it reads whole: it ingests every
+    put, and the next takes take whole task files."""
+    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 100)
+    t = primed(sq, "small", "fifottl")
+    t.put([{"n": i} for i in range(10)])
+    before = tasks_version(t)
+    assert ids(t.take(2)) == [1, 2]
+    assert operations(t, before) == [("WRITE", "ingest+take")]
+    assert stored_ids(t) == list(range(1, 11))
+    assert t.context.layout.cursor("small").partial == 0

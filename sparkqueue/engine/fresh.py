@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 from .. import store as st
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .ingest import RunRows, advanced, put_order_rows, run_frames, within
+from .ingest import RunRows, advanced, put_order_rows, rows_held, run_frames, within
 from .ops import (
     COLLECT_UPTO,
     Op,
@@ -87,15 +87,21 @@ def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: i
                now: float) -> FreshPlan:
     """The rows an ingest+take from ``cursor`` writes: every put up to inbox version
     ``upto``; or, where the puts' tags tell that a ``head_only`` driver leases
-    their first rows, those alone (keeping the cursor's partial rows in bounds)."""
+    their first rows, those alone, when they are at least half the rows of the
+    put files that hold them (a take reads those whole: a small take of a big
+    put ingests it all, and the next takes take whole task files) and the
+    cursor's partial rows stay in bounds."""
     every, next_id = ctx.layout.put_files(ctx.key, cursor, upto)
     start = cursor.first_pending
     puts = within(every, next_id, start, next_id)
     rows = put_order_rows(puts, next_id, n, now, start) if ctx.driver.head_only else None
     after = st.Cursor(upto, next_id)
     if rows is not None:
-        part = advanced(cursor, every, next_id, upto, rows[1] + 1)
-        after = part if part.partial < st.schema.PARTIAL_ROWS else after
+        bound = rows[1] + 1
+        part = advanced(cursor, every, next_id, upto, bound)
+        if (part.partial < st.schema.PARTIAL_ROWS
+                and 2 * (bound - start) >= rows_held(puts, next_id, start, bound)):
+            after = part
     spans = run_frames(ctx, spark, within(puts, next_id, start, after.first_pending), next_id,
                        start, after.first_pending)
     head = None if rows is None else (ctx.task_id(rows[0]), ctx.task_id(rows[1]))
