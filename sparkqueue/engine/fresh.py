@@ -50,12 +50,14 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
 
     When the driver takes the lowest ids and the puts' tags say which those
     are (:func:`ingest.put_order_rows`), the commit ingests the leased tasks
-    alone and leaves the others in the inbox (``Cursor.partial``): each new
-    task is then written once, leased, where ingesting them all would write
-    the others ready and the next takes write them again. ``acking``: a
-    consumer's previous batch, whole files of ``who``'s leases
-    (:func:`store.whole_files`), removed by the same commit on a table that
-    keeps no change feed; else None, having committed nothing.
+    alone where they fill at least half the put files that hold them
+    (:func:`fresh_plan`), and leaves the others in the inbox
+    (``Cursor.partial``): each new task is then written once, leased, where
+    ingesting them all would write the others ready and the next takes
+    write them again. ``acking``: a consumer's previous batch, whole files
+    of ``who``'s leases (:func:`store.whole_files`), removed by the same
+    commit where the puts' tags tell the take's tasks, on a table that keeps
+    no change feed; else None, having committed nothing.
     """
     driver = ctx.driver
     if not (driver.head_only or driver.sub_queue_heads) or ctx.layout.accelerator is None:
