@@ -27,7 +27,9 @@ TAGS_INLINE = 64
 
 #: An ingest writes runs of consecutive put files of at least this many tasks side
 #: by side, a task each (see :func:`runs`): an ingest of fewer is written by one.
-INGEST_RUN_ROWS = 10 * st.TASK_FILE_ROWS
+#: Each run is a scan, a plan and a task of its own, so fewer, longer runs cost
+#: less than many short ones (docs/design.md: "Where an operation's time goes").
+INGEST_RUN_ROWS = 25 * st.TASK_FILE_ROWS
 
 def tag_values(put: dict[str, Any]) -> tuple[Any, ...]:
     """A put tag's values in ``PUT_TAG_FIELDS`` order, each one a task column can hold.
