@@ -1,12 +1,17 @@
 """Where an operation's time goes: Spark jobs, Delta commits and wall time per verb.
 
-On a local Spark (classic: it reads Spark's job store through the JVM), a
-fifottl tube of --tasks tasks, each verb run --repeat times after a warm-up
-run; per verb the median wall time and, of its run with the median job count,
-the Spark jobs it ran, the commits it made to the tube's inbox and tasks
-tables, and what each job was for (its description: Delta names its own
-jobs, for example "Compute snapshot for version: N" for a rebuild of a
-table's state, "Filtering files for query" for data skipping). What docs/design.md's profile quotes.
+On a local Spark (classic: it reads Spark's job store and code generator
+through the JVM), a fifottl tube of --tasks tasks, each verb run --repeat
+times after a warm-up run; per verb the median wall time, the median time
+inside its Spark jobs (the rest is the driver's: planning, generating code,
+committing), the median count of whole-stage code compilations and, of its
+run with the median job count, the Spark jobs it ran, the commits it made to
+the tube's inbox and tasks tables, and what each job was for (its
+description: Delta names its own jobs, for example "Compute snapshot for
+version: N" for a rebuild of a table's state, "Filtering files for query"
+for data skipping). Then a drain of new puts: --drain-rows tasks in one put,
+taken and acked in batches of --drain-batch (0: none), the first batch
+left out. What docs/design.md's profile quotes.
 
     python jobs/profile_ops.py [--tasks 100000] [--repeat 5] [--engine portable]
 """
@@ -15,30 +20,57 @@ from __future__ import annotations
 
 import argparse
 import collections
+import functools
 import re
 import statistics
 import tempfile
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import SparkSession
 
 import sparkqueue
 
 
-def job_descriptions(spark: SparkSession, group: str, verb: str) -> list[str]:
+def job_descriptions(spark: SparkSession, group: str, verb: str) -> tuple[list[str], float]:
     """What each Spark job of job group ``group`` (described as ``verb``) was for, in
-    the order they ran: Delta's name for its own jobs, else sparkqueue's."""
+    the order they ran: Delta's name for its own jobs, else sparkqueue's; and the
+    seconds they ran, from the first one's start to the last one's end."""
     store = spark._jsparkSession.sparkContext().statusStore()
     tracker = spark.sparkContext.statusTracker()
-    out = []
+    out, spans = [], []
     for job in sorted(tracker.getJobIdsForGroup(group)):
-        text = re.sub(r"^Some\((.*)\)$", r"\1", str(store.job(job).description()))
+        data = store.job(job)
+        text = re.sub(r"^Some\((.*)\)$", r"\1", str(data.description()))
         text = re.sub(r"^(Delta: )+", "", text).removeprefix(verb).lstrip(":- ")
         # a name Delta gives a stage of its command also carries the command's
         out.append(text.removeprefix("Delta: ") or "sparkqueue (a read, write or collect)")
-    return out
+        if data.submissionTime().isDefined() and data.completionTime().isDefined():
+            spans.append((data.submissionTime().get().getTime(),
+                          data.completionTime().get().getTime()))
+    busy, end = 0, 0  # jobs may overlap: count each millisecond once
+    for first, last in sorted(spans):
+        busy += max(0, last - max(first, end))
+        end = max(end, last)
+    return out, busy / 1000
+
+
+def compilations(spark: SparkSession) -> int:
+    """How many classes Spark's code generator has compiled in this JVM so far."""
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+
+
+class Run(NamedTuple):
+    """One run of a verb: wall seconds, seconds inside Spark jobs, classes compiled,
+    what its jobs were for, its commits."""
+
+    took: float
+    in_jobs: float
+    compiled: int
+    jobs: list[str]
+    commits: int
 
 
 class Profile:
@@ -46,7 +78,7 @@ class Profile:
 
     def __init__(self, spark: SparkSession, tube: sparkqueue.Tube) -> None:
         self.spark, self.tube = spark, tube
-        self.runs: dict[str, list[tuple[float, list[str], int]]] = collections.defaultdict(list)
+        self.runs: dict[str, list[Run]] = collections.defaultdict(list)
 
     def commits(self) -> int:
         layout = self.tube.context.layout
@@ -57,12 +89,13 @@ class Profile:
     def run(self, verb: str, fn: Callable[[], Any]) -> Any:
         group = f"{verb}-{time.monotonic_ns()}"
         self.spark.sparkContext.setJobGroup(group, verb)
-        before = self.commits()
+        before, compiled = self.commits(), compilations(self.spark)
         start = time.perf_counter()
         result = fn()
         took = time.perf_counter() - start
-        self.runs[verb].append((took, job_descriptions(self.spark, group, verb),
-                                self.commits() - before))
+        compiled = compilations(self.spark) - compiled
+        jobs, in_jobs = job_descriptions(self.spark, group, verb)
+        self.runs[verb].append(Run(took, in_jobs, compiled, jobs, self.commits() - before))
         self.spark.sparkContext.setJobGroup("", "")
         return result
 
@@ -71,13 +104,15 @@ class Profile:
         purposes of its run with the median job count (the warm-up run left out):
         the run that writes a Delta checkpoint, one commit in ten, has more jobs
         than the others, and a verb's last run may be that one."""
-        lines = ["| verb | median s | Spark jobs | commits | jobs, in order |",
-                 "| --- | ---: | ---: | ---: | --- |"]
+        lines = ["| verb | median s | in jobs s | compiled | Spark jobs | commits | "
+                 "jobs, in order |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
         for verb, runs in self.runs.items():
             timed = runs[1:] or runs
-            _, jobs, commits = sorted(timed, key=lambda r: len(r[1]))[(len(timed) - 1) // 2]
-            lines.append(f"| {verb} | {statistics.median(r[0] for r in timed):.2f} | "
-                         f"{len(jobs)} | {commits} | {'; '.join(jobs)} |")
+            mid = sorted(timed, key=lambda r: len(r.jobs))[(len(timed) - 1) // 2]
+            lines.append(f"| {verb} | {statistics.median(r.took for r in timed):.2f} | "
+                         f"{statistics.median(r.in_jobs for r in timed):.2f} | "
+                         f"{statistics.median(r.compiled for r in timed):g} | "
+                         f"{len(mid.jobs)} | {mid.commits} | {'; '.join(mid.jobs)} |")
         return "\n".join(lines)
 
 
@@ -98,11 +133,25 @@ def one_round(profile: Profile, tube: sparkqueue.Tube) -> None:
     profile.run("statistics", tube.statistics)
 
 
+def drain(profile: Profile, sq: sparkqueue.Queue, rows: int, batch: int) -> None:
+    """A drain of new puts: ``rows`` tasks in one put (not profiled), then
+    take(``batch``) + ack until none is left (the report leaves out the first)."""
+    tube = sq.create_tube("drain", "fifottl")
+    profile.tube = tube  # its commits are the ones counted from here on
+    tube.put(profile.spark.range(rows).toDF("n"))
+    verb = f"{batch:,}"
+    for _ in range(rows // batch):
+        taken = profile.run(f"take({verb}) of new puts", lambda: tube.take(batch))
+        profile.run(f"ack({verb})", functools.partial(tube.ack, taken))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100_000)
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--engine", default=None, choices=("portable", "accelerated"))
+    parser.add_argument("--drain-rows", type=int, default=1_000_000)
+    parser.add_argument("--drain-batch", type=int, default=100_000)
     args = parser.parse_args(argv)
     spark = sparkqueue.session(app_name="sparkqueue-profile", master="local[2]")
     root = tempfile.mkdtemp(prefix="sparkqueue-profile-")
@@ -114,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
     tube.release_all()
     for _ in range(args.repeat + 1):
         one_round(profile, tube)
+    if args.drain_batch:
+        drain(profile, sq, args.drain_rows, args.drain_batch)
     print(f"engine: {sq.engine}; a fifottl tube of {args.tasks} tasks; medians of "
-          f"{args.repeat} runs after a warm-up run\n")
+          f"{args.repeat} runs after a warm-up run; the drain of {args.drain_rows} new "
+          f"tasks in batches of {args.drain_batch}: medians of its batches after the "
+          "first\n")
     print(profile.report())
     spark.stop()
     return 0
