@@ -36,7 +36,7 @@ import sparkqueue
 def job_descriptions(spark: SparkSession, group: str, verb: str) -> tuple[list[str], float]:
     """What each Spark job of job group ``group`` (described as ``verb``) was for, in
     the order they ran: Delta's name for its own jobs, else sparkqueue's; and the
-    seconds they ran, from the first one's start to the last one's end."""
+    seconds in which any of them ran."""
     store = spark._jsparkSession.sparkContext().statusStore()
     tracker = spark.sparkContext.statusTracker()
     out, spans = [], []
