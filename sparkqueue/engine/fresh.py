@@ -235,8 +235,7 @@ def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, i
     within ``span`` (``run``: them, where known), with their ``on_task_change``
     events sent, after those of the ``acking`` ids the same commit acked."""
     if acking:
-        ctx.emit(acked_rows(ctx, version, token, (acking[0], acking[-1]),
-                            st.id_frame(ctx.spark, acking, ctx.shards)), "ack")
+        ctx.emit(acked_rows(ctx, version, token, acking), "ack")
     result = ctx.layout.changed_at(ctx.key, version, token, *span).select(*st.PUBLIC_COLUMNS)
     note_taken_ids(result, run)
     ctx.emit(result, "take")

@@ -204,8 +204,8 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
             ctx.key, version, tag.token, lo, hi, updates=op.action is not None,
             removable=chosen if op.action is None or op.delete_when else None,
         ).select(*st.PUBLIC_COLUMNS)
-        if acks is not None:
-            ctx.emit(acked_rows(ctx, version, tag.token, (lo, hi), acks), "ack")
+        if acks is not None and acking:
+            ctx.emit(acked_rows(ctx, version, tag.token, acking), "ack")
             if picked is None:
                 return None
         return changes, counts
@@ -475,16 +475,14 @@ def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
         return None
     if version is None:
         return None
-    result = acked_rows(ctx, version, tag.token, (ids[0], ids[-1]),
-                        st.id_frame(ctx.spark, ids, ctx.shards))
+    result = acked_rows(ctx, version, tag.token, ids)
     ctx.emit(result, "ack")
     return result
 
 
-def acked_rows(ctx: TubeContext, version: int, token: str, span: tuple[int, int],
-               ids: DataFrame) -> DataFrame:
-    """The tasks ``ids`` (a frame of ``task_id``, all within ``span``) that the commit
-    ``version`` (tagged ``token``) removed, read from the files it removed, as acked
-    (``done``): an ack's result and its ``on_task_change`` event, however it committed."""
-    return ctx.layout.changed_at(ctx.key, version, token, span[0], span[1], updates=False,
-                                 removable=ids).select(*st.PUBLIC_COLUMNS)
+def acked_rows(ctx: TubeContext, version: int, token: str, ids: list[int]) -> DataFrame:
+    """The tasks ``ids`` (sorted) that the commit ``version`` (tagged ``token``) removed,
+    read from the files it removed, as acked (``done``): an ack's result and its
+    ``on_task_change`` event, however it committed."""
+    return ctx.layout.changed_at(ctx.key, version, token, ids[0], ids[-1], updates=False,
+                                 removable=ids, step=ctx.shards).select(*st.PUBLIC_COLUMNS)

@@ -70,6 +70,7 @@ from .sql import (
     ready_when,
     sql_literal,
     sql_num,
+    with_ids,
     without_ids,
 )
 from .tables import When, delete, feed_start, is_path, keep_feed, merge, update, vacuum
@@ -87,5 +88,5 @@ __all__ = [
     "keep_feed", "may_hold", "may_hold_ready",
     "merge", "missing_table_error", "next_event", "parse_tag", "raise_guard", "raise_missing",
     "ready_head", "ready_when", "retrying", "shard_key", "sql_literal", "sql_num", "stats_of",
-    "typed_guard_error", "update", "vacuum", "whole_files", "without_ids",
+    "typed_guard_error", "update", "vacuum", "whole_files", "with_ids", "without_ids",
 ]

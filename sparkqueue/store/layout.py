@@ -66,6 +66,7 @@ from .schema import (
     Cursor,
     parse_tag,
 )
+from .sql import with_ids
 from .tables import FEED, delete, ingest_frame, sql_table
 from .txn import Accelerator
 
@@ -408,20 +409,22 @@ class Layout(LogReader):
         return None
 
     def changed_at(self, tube: str, version: int, token: str, lo: int, hi: int, *,
-                   updates: bool = True, removable: DataFrame | None = None) -> DataFrame:
+                   updates: bool = True, removable: DataFrame | list[int] | None = None,
+                   step: int = 1) -> DataFrame:
         """The task rows the commit at ``version`` (tagged ``token``) changed, from the
         table itself (a tube may keep no change feed); rows it deleted read as ``done``.
 
         ``updates``: the rows it updated, which carry its token in
-        ``change_token``. ``removable``: ids it may have deleted; those gone
-        are read at the version before, as no commit between the operation's
+        ``change_token``. ``removable``: ids it may have deleted (a frame of
+        ``task_id``, or a sorted list of one shard's ids, ``step`` apart); those
+        gone are read at the version before, as no commit between the operation's
         snapshot and its own changed them (its commit would have conflicted).
         ``lo``/``hi`` bound every id the commit touched, so reads skip the
         other files. Rows a commit updated are in the files it added, rows
         it deleted in the files it removed: those are read (:meth:`commit_files`).
         """
         bounds = f"task_id BETWEEN {lo} AND {hi}"
-        spark = removable.sparkSession if removable is not None else self.spark
+        spark = removable.sparkSession if isinstance(removable, DataFrame) else self.spark
         path = self.tasks(tube)
         files = self.commit_files(path, version)
 
@@ -431,8 +434,9 @@ class Layout(LogReader):
 
         if removable is None:
             return updated()
-        removed = (self._files_or_table(path, files and files[1], version - 1, spark)
-                   .where(bounds).join(removable.select("task_id"), "task_id", "left_semi"))
+        removed = self._files_or_table(path, files and files[1], version - 1, spark).where(bounds)
+        removed = (with_ids(removed, removable, spark, step) if isinstance(removable, list)
+                   else removed.join(removable.select("task_id"), "task_id", "left_semi"))
         if not updates:
             return removed.withColumn("status", F.lit("done"))
         changed = updated()

@@ -104,6 +104,17 @@ def id_frame(spark: SparkSession, ids: list[int], step: int = 1) -> DataFrame:
         F.explode(F.sequence("lo", "hi", F.lit(step).cast("long"))).alias("task_id"))
 
 
+def with_ids(frame: DataFrame, ids: list[int], spark: SparkSession, step: int = 1) -> DataFrame:
+    """``frame``'s rows whose ``task_id`` is in ``ids`` (sorted, distinct): a filter on
+    ranges for few runs of consecutive ids, which builds no DataFrame of ids;
+    a semi-join for many (``frame`` holds one shard's ids, as in :func:`without_ids`)."""
+    runs = id_runs(ids, step)
+    if len(runs) <= schema.RUNS_INLINE:
+        return frame.where(" OR ".join(f"task_id BETWEEN {lo} AND {hi}" for lo, hi in runs)
+                           or "FALSE")
+    return frame.join(F.broadcast(id_frame(spark, ids, step)), "task_id", "left_semi")
+
+
 def without_ids(frame: DataFrame, ids: list[int], spark: SparkSession,
                 step: int = 1) -> DataFrame:
     """``frame`` without the rows whose ``task_id`` is in ``ids`` (sorted, distinct).
