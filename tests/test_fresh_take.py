@@ -133,6 +133,35 @@ def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
     assert sorted(r["task_id"] for r in rows.collect()) == [1, 2, 3], "each task once"
 
 
+def test_a_view_of_new_puts_is_whole_when_a_take_ingests_them_meanwhile(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another consumer's take of new puts commits after peek read the cursor and
+    before its Spark job runs: each task shows once, as the version the view
+    read holds it (the tasks table is read at the cursor's version; read at
+    the newest, the two it leased showed twice, taken and ready)."""
+    t = primed(sq, "torn", "fifottl")
+    t.put([{"n": i} for i in range(3)])
+    other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("torn")
+    layout_type = type(t.context.layout)
+    cursor = layout_type.cursor
+    raced: list[list[int]] = []
+
+    def take_meanwhile(self: Any, tube: str, at: int | None = None) -> store.Cursor:
+        found = cursor(self, tube, at)
+        if not raced:
+            raced.append([])
+            raced[0] = ids(other.take(2))
+        return found
+
+    monkeypatch.setattr(layout_type, "cursor", take_meanwhile)
+    view = t.peek([1, 2, 3])
+    assert raced == [[1, 2]], "the other take committed while peek read"
+    assert sorted((r["task_id"], r["status"]) for r in view.collect()) == [
+        (1, "ready"), (2, "ready"), (3, "ready")]
+    assert sorted((r["task_id"], r["status"]) for r in t.peek([1, 2, 3]).collect()) == [
+        (1, "taken"), (2, "taken"), (3, "ready")]
+
+
 def test_an_ingest_from_the_cursor_a_fresh_take_ingested_from_is_skipped(
         sq: Queue, spark: SparkSession) -> None:
     """The commit records the ingest's transaction id as an ingest does: a late

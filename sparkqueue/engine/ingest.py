@@ -334,14 +334,24 @@ def ingest(ctx: TubeContext) -> None:
 
 
 def live_tasks(ctx: TubeContext, now: float, pending: bool = True) -> DataFrame:
-    """Every task (tasks table and puts not yet ingested); its state at ``now`` in ``eff``."""
+    """Every task (tasks table and puts not yet ingested); its state at ``now`` in ``eff``.
+
+    With the puts, the tasks table is read at the version the cursor is read
+    at: a Delta DataFrame reads the newest version when it runs, and an ingest
+    committed after the cursor was read would show its tasks twice, as
+    ingested and as puts (a take of new puts: once taken, once ready)."""
     layout = ctx.layout
-    tasks = layout.read(layout.tasks(ctx.key)).where("task_id >= 0")
+    path = layout.tasks(ctx.key)
     upto = layout.latest_version(layout.inbox(ctx.key)) if pending else -1
-    if upto > ctx.ingested_upto:
-        rows = pending_rows(ctx, ctx.spark, layout.cursor(ctx.key), upto)
+    if upto <= ctx.ingested_upto:
+        tasks = layout.read(path)
+    else:
+        version = layout.latest_version(path)
+        tasks = layout.read(path, version=version)
+        rows = pending_rows(ctx, ctx.spark, layout.cursor(ctx.key, at=version), upto)
         if rows is not None:
             tasks = tasks.unionByName(rows, allowMissingColumns=True)
+    tasks = tasks.where("task_id >= 0")
     if "data" not in tasks.columns:  # nothing was ever put: no payload schema yet
         tasks = tasks.withColumn("data", F.struct())
     return tasks.withColumn("eff", F.expr(effective_status(now)))

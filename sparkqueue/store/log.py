@@ -192,8 +192,9 @@ class LogReader(Paths):
                             "metrics": dict(info.get("operationMetrics") or {})})
         return out
 
-    def cursor(self, tube: str) -> Cursor:
-        """The last inbox version ingested into the tasks table, and the next task id.
+    def cursor(self, tube: str, at: int | None = None) -> Cursor:
+        """The last inbox version ingested into the tasks table, and the next task id:
+        at the tasks table's version ``at`` (None: the newest).
 
         Ingests chain (each starts from the cursor the previous one left), so
         the newest ingest commit's tag (``upto``, ``next_id``, ``partial``) is the cursor:
@@ -204,11 +205,14 @@ class LogReader(Paths):
         version 0 (its creation), id 0.
         """
         path = self.tasks(tube)
-        latest = self.latest_version(path)
+        latest = self.latest_version(path) if at is None else at
         seen, cursor = self._cursors.get(path, (-1, Cursor(0, 0)))
+        if seen > latest:  # this process has looked further: read back from ``at``
+            seen, cursor = -1, Cursor(0, 0)
         if seen < latest:
             since = seen if seen >= 0 else max(-1, latest - schema.CURSOR_LOOKBACK)
-            found = [h["tag"] for h in self.history(path, since) if h["tag"]["sq"] in INGESTS]
+            found = [h["tag"] for h in self.history(path, since)
+                     if h["tag"]["sq"] in INGESTS and h["version"] <= latest]
             if found and "next_id" not in found[-1]:
                 raise QueueError(f"tube {tube!r} was made by an earlier sparkqueue (task ids "
                                  "from Delta row tracking), which this one does not read")
@@ -218,12 +222,13 @@ class LogReader(Paths):
             elif since < 0 and self.commit_text(path, 0) is not None:
                 cursor = Cursor(0, 0)  # the whole log read, no ingest in it: a new tube
             elif seen < 0:
-                row = (self.read(path).where("task_id < 0")  # the newest marker: the lowest id
-                       .orderBy("task_id")
+                row = (self.read(path, version=latest)  # the newest marker: the lowest id
+                       .where("task_id < 0").orderBy("task_id")
                        .select("inbox_version", "order_key", "taken_count").first())
                 if row is not None:
                     cursor = Cursor(int(row[0]), int(row[1]), int(row[2] or 0))
-            self._cursors[path] = (latest, cursor)
+            if latest >= self._cursors.get(path, (-1, cursor))[0]:
+                self._cursors[path] = (latest, cursor)
         return cursor
 
 
