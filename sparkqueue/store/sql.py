@@ -104,14 +104,23 @@ def id_frame(spark: SparkSession, ids: list[int], step: int = 1) -> DataFrame:
         F.explode(F.sequence("lo", "hi", F.lit(step).cast("long"))).alias("task_id"))
 
 
-def with_ids(frame: DataFrame, ids: list[int], spark: SparkSession, step: int = 1) -> DataFrame:
-    """``frame``'s rows whose ``task_id`` is in ``ids`` (sorted, distinct): a filter on
-    ranges for few runs of consecutive ids, which builds no DataFrame of ids;
-    a semi-join for many (``frame`` holds one shard's ids, as in :func:`without_ids`)."""
+def id_ranges(ids: list[int], step: int = 1) -> str | None:
+    """A condition on ``task_id``: one of ``ids`` (sorted, distinct), as ranges of its
+    runs of consecutive ids (``step`` apart); None for more than ``RUNS_INLINE`` runs.
+    A frame of one shard's ids holds no other id within such a range."""
     runs = id_runs(ids, step)
-    if len(runs) <= schema.RUNS_INLINE:
-        return frame.where(" OR ".join(f"task_id BETWEEN {lo} AND {hi}" for lo, hi in runs)
-                           or "FALSE")
+    if len(runs) > schema.RUNS_INLINE:
+        return None
+    return " OR ".join(f"task_id BETWEEN {lo} AND {hi}" for lo, hi in runs) or "FALSE"
+
+
+def with_ids(frame: DataFrame, ids: list[int], spark: SparkSession, step: int = 1) -> DataFrame:
+    """``frame``'s rows whose ``task_id`` is in ``ids`` (sorted, distinct): a filter
+    on ranges (:func:`id_ranges`), which builds no DataFrame of ids, or a
+    semi-join for many runs."""
+    ranges = id_ranges(ids, step)
+    if ranges is not None:
+        return frame.where(ranges)
     return frame.join(F.broadcast(id_frame(spark, ids, step)), "task_id", "left_semi")
 
 
@@ -120,12 +129,10 @@ def without_ids(frame: DataFrame, ids: list[int], spark: SparkSession,
     """``frame`` without the rows whose ``task_id`` is in ``ids`` (sorted, distinct).
 
     Few runs of consecutive ids (a consumer's acked batch is mostly one) are
-    a filter on ranges, which needs no Spark job; many are an anti-join.
-    ``frame`` holds one shard's ids only (``step`` apart), so a range names
-    exactly the run's.
+    a filter on ranges (:func:`id_ranges`), which needs no Spark job; many
+    are an anti-join.
     """
-    runs = id_runs(ids, step)
-    if len(runs) <= schema.RUNS_INLINE:
-        return frame.where(" AND ".join(
-            f"NOT (task_id BETWEEN {lo} AND {hi})" for lo, hi in runs) or "TRUE")
+    ranges = id_ranges(ids, step)
+    if ranges is not None:
+        return frame.where(f"NOT ({ranges})")
     return frame.join(F.broadcast(id_frame(spark, ids, step)), "task_id", "left_anti")
