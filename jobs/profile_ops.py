@@ -11,8 +11,10 @@ description: Delta names its own jobs, for example "Compute snapshot for
 version: N" for a rebuild of a table's state, "Filtering files for query"
 for data skipping). Then a drain of new puts: --drain-rows tasks in one put,
 taken and acked in batches of --drain-batch (0: none): the new tube's first
-batch apart, the others after a warm-up batch. What docs/design.md's profile
-quotes.
+batch apart, the others after a warm-up batch. Then takes of sub-queue heads:
+a utubettl tube of --sub-queues sub-queues (0: none), take(that many) with
+window 1 and its ack, with the heads consecutive ids and not. What
+docs/design.md's profile quotes.
 
     python jobs/profile_ops.py [--tasks 100000] [--repeat 5] [--engine portable]
 """
@@ -30,6 +32,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 import sparkqueue
 
@@ -149,6 +152,24 @@ def drain(profile: Profile, sq: sparkqueue.Queue, rows: int, batch: int) -> None
         profile.run(f"ack({verb}){first}", functools.partial(tube.ack, taken))
 
 
+def sub_queues(profile: Profile, sq: sparkqueue.Queue, queues: int, rounds: int) -> None:
+    """A utubettl tube of ``queues`` sub-queues (tasks put round robin, so that each
+    round's heads are consecutive ids, and again with each sub-queue's tasks put
+    together, so that they are not): ``rounds`` of take(``queues``) with window 1
+    (a head of each sub-queue) and the ack of it, the first round (the ingest)
+    the warm-up run."""
+    for order, label in (("n % {q}", "round robin"), ("n div {r}", "put together")):
+        tube = sq.create_tube(f"utube_{len(profile.runs)}", "utubettl")
+        profile.tube = tube
+        rows = profile.spark.range(queues * (rounds + 1)).toDF("n")
+        queue = F.expr(order.format(q=queues, r=rounds + 1)).cast("string")
+        tube.put(rows.withColumn("q", queue), utube=F.col("q"))
+        for _ in range(rounds + 1):
+            taken = profile.run(f"take({queues}), window 1, sub-queues {label}",
+                                functools.partial(tube.take, queues, window=1))
+            profile.run(f"ack({queues}), sub-queues {label}", functools.partial(tube.ack, taken))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", type=int, default=100_000)
@@ -156,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--engine", default=None, choices=("portable", "accelerated"))
     parser.add_argument("--drain-rows", type=int, default=1_000_000)
     parser.add_argument("--drain-batch", type=int, default=100_000)
+    parser.add_argument("--sub-queues", type=int, default=16)
     args = parser.parse_args(argv)
     spark = sparkqueue.session(app_name="sparkqueue-profile", master="local[2]")
     root = tempfile.mkdtemp(prefix="sparkqueue-profile-")
@@ -169,10 +191,12 @@ def main(argv: list[str] | None = None) -> int:
         one_round(profile, tube)
     if args.drain_batch:
         drain(profile, sq, args.drain_rows, args.drain_batch)
+    if args.sub_queues:
+        sub_queues(profile, sq, args.sub_queues, args.repeat + 1)
     print(f"engine: {sq.engine}; a fifottl tube of {args.tasks} tasks; medians of "
           f"{args.repeat} runs after a warm-up run; the drain of {args.drain_rows} new "
           f"tasks in batches of {args.drain_batch}: its first batch, then the medians of "
-          "the others after a warm-up batch\n")
+          "the others after a warm-up batch; sub-queues: medians after a warm-up run\n")
     print(profile.report())
     spark.stop()
     return 0

@@ -176,7 +176,7 @@ class Consumer:
         window = int(home.default("window") or 1)
         if acks:  # with the take in one commit, when both are whole files
             try:
-                batch = take_with_acks(home, self.batch_size, who, acks)
+                batch = take_with_acks(home, self.batch_size, who, acks, window)
             except Timeout:  # lost every try to other consumers: the acks go below
                 batch = None
             if batch is not None:

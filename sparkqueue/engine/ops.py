@@ -390,13 +390,11 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
         if not rows:
             return None
         rows = sorted(rows, key=lambda r: int(r["task_id"]))
-        stored = [r["status"] for r in rows]
-        counts = {k: stored.count(s) for k, s in EXPIRY_COUNTS.items()}
         chosen = sess.createDataFrame(
             [(int(r["task_id"]), *[r[k] for k in keep]) for r in rows],
             frame.select("task_id", *keep).schema)
         return (chosen, int(rows[0]["task_id"]), int(rows[-1]["task_id"]),
-                {k: v for k, v in counts.items() if v}, len(rows))
+                expiry_counts([r["status"] for r in rows]), len(rows))
     base = frame.localCheckpoint(eager=True)
     stats = base.agg(
         F.count("*"), F.min("task_id"), F.max("task_id"),
@@ -406,6 +404,13 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
         return None
     counts = {k: int(v) for k, v in zip(EXPIRY_COUNTS, stats[3:], strict=True) if v}
     return base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts, int(stats[0])
+
+
+def expiry_counts(stored: list[str | None]) -> dict[str, int]:
+    """The expiries a commit writes down for the chosen rows, by their ``stored``
+    statuses (:data:`EXPIRY_COUNTS`): those that happened."""
+    counts = {k: stored.count(s) for k, s in EXPIRY_COUNTS.items()}
+    return {k: v for k, v in counts.items() if v}
 
 
 def diagnose(ctx: TubeContext, op: Op, ids: DataFrame, failed: tuple[str, int], who: str,
@@ -464,9 +469,9 @@ def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
 
     def attempt() -> int | None:
         now = ctx.now()
-        return accelerator.remove_files(layout.tasks(ctx.key),
-                                        lambda files: st.whole_files(files, ids, who, now,
-                                                                     ctx.shards), tag)
+        path = layout.tasks(ctx.key)
+        return accelerator.remove_files(path, lambda files: layout.whole_files(
+            path, files, ids, who, now, ctx.shards), tag)
 
     try:
         version = ctx.guarded(lambda: st.retrying(

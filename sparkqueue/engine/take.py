@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import bisect
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.window import Window
 
@@ -18,7 +18,16 @@ from ..store import CommitTag, effective_status
 from .context import TubeContext
 from .fresh import leased_result, take_fresh
 from .ingest import empty, ingest, live_tasks
-from .ops import COLLECT_UPTO, Chosen, Op, action_set, apply, id_run, lease_context
+from .ops import (
+    COLLECT_UPTO,
+    Chosen,
+    Op,
+    action_set,
+    apply,
+    expiry_counts,
+    id_run,
+    lease_context,
+)
 
 
 def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
@@ -65,9 +74,9 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
     if fresh is not None:
         return fresh
     deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
-    leased = take_files(ctx, take, n, who, acking, deadline)
+    leased = take_files(ctx, take, n, who, acking, deadline, win)
     if leased is not None:
-        return leased
+        return None if isinstance(leased, NoneReady) else leased
     done = apply(ctx,
                  take, None, owner=who, chooser=chooser,
                  deadline=deadline,
@@ -100,90 +109,202 @@ def take_op(ctx: TubeContext) -> Op:
     )
 
 
-def take_with_acks(ctx: TubeContext, n: int, who: str, acking: list[int]) -> DataFrame | None:
+def take_with_acks(ctx: TubeContext, n: int, who: str, acking: list[int],
+                   win: int = 1) -> DataFrame | None:
     """Up to ``n`` tasks taken in a commit that also acks ``acking`` (whole files of
     ``who``'s leases): :func:`take_files` carrying a consumer's previous batch,
     so that a batch costs one commit that reads no acked data; or, with puts not
     yet ingested, :func:`take_fresh`'s one commit that ingests the tasks it
     leases. None, having committed nothing, where neither applies."""
     take = take_op(ctx)
-    if ctx.driver.head_only:
-        fresh = take_fresh(ctx, take, n, 1, who, acking)
-        if fresh is not None:
-            return fresh
-    return take_files(ctx, take, n, who, acking)
+    fresh = take_fresh(ctx, take, n, win, who, acking) if ctx.driver.head_only else None
+    if fresh is not None:
+        return fresh
+    leased = take_files(ctx, take, n, who, acking, win=win)
+    return None if isinstance(leased, NoneReady) else leased
+
+
+class NoneReady:
+    """What :func:`take_files` returns when it applied and found no task to lease
+    (every sub-queue with ready tasks busy, say): the take need not try the
+    MERGE's choice as well."""
+
+
+NONE_READY = NoneReady()
+
+
+class FilePlan(NamedTuple):
+    """What a file-rewriting take leases: the data files it rewrites (``names``),
+    the least and greatest id it leases, how many (``leases``), the ids
+    themselves where chosen one by one (None: the ``leases`` lowest of the
+    files' ``held`` rows, all ready), and the expiries its choice ends
+    (:func:`ops.expiry_counts`)."""
+
+    names: list[str]
+    lo: int
+    hi: int
+    leases: int
+    ids: list[int] | None
+    counts: dict[str, int]
+    held: int = 0
 
 
 def take_files(ctx: TubeContext, take: Op, n: int, who: str,
-               acking: list[int] | None, deadline: float | None = None) -> DataFrame | None:
+               acking: list[int] | None, deadline: float | None = None,
+               win: int = 1) -> DataFrame | NoneReady | None:
     """The take's tasks when file statistics show which files hold them: those
     files are rewritten in one commit, the leased tasks into files of their
     own, the others into others; ``acking``, when those are whole files
     (:func:`store.whole_files`), are removed by the same commit.
 
-    With a driver that looks only at ready tasks (``head_only``) and the
-    accelerator, on a table that keeps no change feed. An UPDATE would
+    With the accelerator, on a table that keeps no change feed, and a driver
+    that looks only at ready tasks (``head_only``) or at the heads of free
+    sub-queues (``sub_queue_heads``). An UPDATE would
     write each leased task into a file with the ready ones it shared a
     file with, so its ack would read and rewrite them all again; here the
-    ack removes the leased files whole, reading no data. The choice is
-    made where the files are written (the ``n`` lowest of their rows, by
-    :func:`store.head_files` the ``n`` lowest ready of the table), so no
-    Spark job chooses before the write.
+    ack removes the leased files whole, reading no data. For ``head_only``
+    the choice is made where the files are written (the ``n`` lowest of
+    their rows, by :func:`store.head_files` the ``n`` lowest ready of the
+    table), so no Spark job chooses before the write. For sub-queues one
+    query chooses (:func:`sub_queue_plan`), in far fewer Spark jobs than a
+    MERGE runs (``jobs/profile_ops.py``).
     None when it does not apply: the take then goes the usual way.
+    :data:`NONE_READY` when it found nothing to lease and had no acks to
+    commit.
 
     The commit removes the files it read, so a concurrent commit that
     removed one of them conflicts with it (another consumer's take of the
     same head), and so does one that added files (Delta checks a table
     without partitions as read whole: an ingest, another consumer's take).
-    The take then tries again on fresh statistics (the next head) until
-    ``deadline``, each try an ingest check and one commit.
+    A sub-queue take's transaction has read the whole table
+    (:meth:`Accelerator.reading_all`): any commit after its snapshot makes
+    it conflict, so the leases it saw stay true until it commits, and a
+    sub-queue is never leased twice. The take then tries again on fresh
+    statistics (the next head) until ``deadline``, each try an ingest
+    check and one commit.
     The UPDATE or MERGE would gain nothing: the same commits conflict with
     its read predicate, and a take falling back to it lost to the others'
     cheaper head-file takes until its tries ran out.
     """
     layout = ctx.layout
     accelerator = layout.accelerator
-    if not ctx.driver.head_only or accelerator is None:
+    heads = ctx.driver.sub_queue_heads and not ctx.driver.head_only
+    if accelerator is None or not (ctx.driver.head_only or (heads and n <= COLLECT_UPTO)):
         return None
     path = layout.tasks(ctx.key)
 
-    def attempt() -> DataFrame | None:
+    def attempt() -> DataFrame | NoneReady | None:
         ingest(ctx)  # a conflict with another's ingest is retried as the commit's is
-        txn = accelerator.start_transaction(path)
+        txn = accelerator.reading_all(path) if heads else accelerator.start_transaction(path)
         if accelerator.keeps_feed(txn):
             return None  # the feed's rows are Delta's to write
         now = ctx.now()
         files = layout.files_at(path, int(txn.snapshot().version()))
-        head = None if files is None else st.head_files(files, now, n)
-        acked = st.whole_files(files, acking, who, now, ctx.shards) if acking and files else []
-        if files is None or head is None or acked is None:
+        acked = (layout.whole_files(path, files, acking, who, now, ctx.shards)
+                 if acking and files else [])
+        if files is None or acked is None:
             return None
-        names, rows, lo, hi = head
-        extra = {"take": min(n, rows), **({"ack": len(acking)} if acking else {})}
-        tag = CommitTag.new("take+ack" if acking else "take", **extra)
+        tag = CommitTag.new("take+ack" if acking else "take",
+                            **({"ack": len(acking)} if acking else {}))
         with layout.tagged(tag) as sess:
+            plan = (sub_queue_plan(ctx, sess, files, acked, n, win, now) if heads
+                    else head_plan(files, n, now))
+            if plan is None or not plan.leases:
+                return NONE_READY if plan is not None and not acking else None
+            tag = tag.adding(take=plan.leases, **plan.counts)
+            sess.conf.set(st.USER_METADATA, tag.json())
+            rows = layout.read_task_files(path, plan.names, sess)
+            leased = (leasing(rows, take, tag, n, plan.held, who, now) if plan.ids is None
+                      else leasing_ids(rows, take, tag, plan.ids, ctx.shards, who, now))
             version, written = accelerator.replace_files(
-                txn, files, names + acked,
-                leasing(layout.read_task_files(path, names, sess), take, tag, n, rows, who, now),
-                tag, file_rows(n))
-        return leased_result(ctx, version, tag.token, (lo, hi),
-                             leased_run(written, min(n, rows), ctx.shards), acking)
+                txn, files, plan.names + acked, leased, tag, file_rows(n))
+        run = leased_run(written, plan.leases, ctx.shards, plan.ids)
+        if run is not None and plan.ids is not None:  # not a run: their ack needs to know
+            layout.note_leased(path, [f["name"] for f in written if all_taken(f)], run)
+        return leased_result(ctx, version, tag.token, (plan.lo, plan.hi), run, acking)
 
     return ctx.guarded(lambda: st.retrying(
         attempt, deadline=deadline or ctx.deadline(), what=f"take on {ctx.name!r}"))
 
 
-def leased_run(written: list[dict[str, Any]], count: int, step: int) -> list[int] | None:
-    """The ids a head-file take leased (``count`` tasks), from the statistics of the
-    files it wrote (``written``), when they show them: the files whose rows
+def head_plan(files: dict[str, dict[str, Any]], n: int, now: float) -> FilePlan | None:
+    """A ``head_only`` take's files: those :func:`store.head_files` shows hold the
+    ``n`` lowest ready tasks (the choice among their rows is the write's)."""
+    head = st.head_files(files, now, n)
+    if head is None:
+        return None
+    names, rows, lo, hi = head
+    return FilePlan(names, lo, hi, min(n, rows), None, {}, rows)
+
+
+def sub_queue_plan(ctx: TubeContext, sess: SparkSession, files: dict[str, dict[str, Any]],
+                   acked: list[str], n: int, win: int, now: float) -> FilePlan | None:
+    """A ``sub_queue_heads`` take's choice, made in one Spark job on the data files
+    of the transaction's snapshot (``files``) that may hold a ready task or a
+    lease (the others hold neither), less those its commit acks whole
+    (``acked``: their sub-queues are free again); and the files that hold
+    the chosen tasks. None when the files' columns are not known yet."""
+    layout = ctx.layout
+    path = layout.tasks(ctx.key)
+    ready = [name for name, f in files.items()
+             if name not in acked and st.may_hold_ready(f, now)]
+    if not ready:
+        return FilePlan([], 0, 0, 0, [], {})
+    held = [name for name, f in files.items()
+            if name not in acked and name not in ready and st.may_hold(f, "taken")]
+    if layout.task_file_schema(path, sess) is None:
+        return None
+    live = (layout.read_task_files(path, ready + held, sess).where("task_id >= 0")
+            .withColumn("eff", F.expr(effective_status(now))))
+    facts = live.select("task_id", "status", "utube", "eff")
+    chosen = facts.join(ctx.driver.choose(live, n, win).select("task_id"), "task_id", "left_semi")
+    busy = (facts.where("eff = 'taken'").select(F.lit(None).cast("long").alias("task_id"),
+                                                 F.lit(None).cast("string").alias("status"),
+                                                 "utube", "eff").distinct())
+    rows = chosen.unionByName(busy).collect()
+    taken = {r["utube"] for r in rows if r["task_id"] is None}
+    picked = sorted((int(r["task_id"]), r["status"], r["eff"], r["utube"])
+                    for r in rows if r["task_id"] is not None)
+    if any(eff != "ready" or utube in taken for _, _, eff, utube in picked):
+        return None  # not a choice of free heads (a driver's own): the MERGE checks it
+    ids = [row[0] for row in picked]
+    if not ids:
+        return FilePlan([], 0, 0, 0, [], {})
+    names = [name for name in ready if holds_any(files[name], ids)]
+    return FilePlan(names, ids[0], ids[-1], len(ids), ids,
+                    expiry_counts([row[1] for row in picked]))
+
+
+def holds_any(f: dict[str, Any], ids: list[int]) -> bool:
+    """Whether a data file's statistics leave room for a row of ``ids`` (sorted)."""
+    lo, hi = f["min_task_id"], f["max_task_id"]
+    if lo is None or hi is None:
+        return True
+    at = bisect.bisect_left(ids, lo)
+    return at < len(ids) and ids[at] <= hi
+
+
+def leased_run(written: list[dict[str, Any]], count: int, step: int,
+               ids: list[int] | None = None) -> list[int] | None:
+    """The ids a file-rewriting take leased (``count`` tasks), from the statistics of
+    the files it wrote (``written``), when they show them: the files whose rows
     are all ``taken`` (the leased tasks, written apart from the others) hold
-    ``count`` rows, ids a run ``step`` apart. None otherwise."""
-    leased = [f for f in written if f["min_status"] == "taken" == f["max_status"]
-              and f["rows"] is not None and f["min_task_id"] is not None]
+    ``count`` rows, ids a run ``step`` apart, or the ``ids`` it chose. None
+    otherwise."""
+    leased = [f for f in written if all_taken(f)]
     if not leased or sum(f["rows"] for f in leased) != count:
         return None
-    return id_run(min(f["min_task_id"] for f in leased),
-                  max(f["max_task_id"] for f in leased), step, count)
+    lo, hi = min(f["min_task_id"] for f in leased), max(f["max_task_id"] for f in leased)
+    if ids is not None:
+        return ids if (lo, hi) == (ids[0], ids[-1]) and len(ids) == count else None
+    return id_run(lo, hi, step, count)
+
+
+def all_taken(f: dict[str, Any]) -> bool:
+    """Whether a written file's statistics show every row of it ``taken`` (a take's
+    leased tasks, written apart from the others), and how many and which ids."""
+    return bool(f["min_status"] == "taken" == f["max_status"] and f["rows"] is not None
+                and f["min_task_id"] is not None)
 
 
 def file_rows(n: int) -> int:
@@ -208,16 +329,28 @@ def leasing(rows: DataFrame, take: Op, tag: CommitTag, n: int, count: int, who: 
     task_id)`` leased to ``who``: those first, in partitions of their own (a
     union), then the others as they were."""
     action = action_set(take, tag, lease_context(now, who))
-
-    def leased(chosen: DataFrame) -> DataFrame:
-        return chosen.alias("t").selectExpr(*[
-            f"{action[c]} AS {c}" if c in action else c for c in st.TASK_TABLE_COLUMNS])
-
     if count <= n:  # the files hold the take's tasks alone
-        return leased(rows)
+        return with_action(rows, action)
     rows = rows.withColumn("arg_take", F.row_number().over(Window.orderBy(*ORDER)) <= n)
-    return leased(rows.where("arg_take")).unionByName(
+    return with_action(rows.where("arg_take"), action).unionByName(
         rows.where("NOT arg_take").select(*st.TASK_TABLE_COLUMNS))
+
+
+def leasing_ids(rows: DataFrame, take: Op, tag: CommitTag, ids: list[int], step: int,
+                who: str, now: float) -> DataFrame:
+    """``rows`` with the tasks ``ids`` (sorted, ``step`` apart in runs) leased to
+    ``who``: those first, in partitions of their own, then the others as they
+    were."""
+    action = action_set(take, tag, lease_context(now, who))
+    return (with_action(st.with_ids(rows, ids, rows.sparkSession, step), action)
+            .unionByName(st.without_ids(rows, ids, rows.sparkSession, step)
+                         .select(*st.TASK_TABLE_COLUMNS)))
+
+
+def with_action(rows: DataFrame, action: dict[str, str]) -> DataFrame:
+    """The task columns of ``rows`` (aliased ``t`` for the SET) with a take's SET."""
+    return rows.alias("t").selectExpr(*[
+        f"{action[c]} AS {c}" if c in action else c for c in st.TASK_TABLE_COLUMNS])
 
 
 def overlaps(ids: tuple[int, int], acking: list[int] | None) -> bool:

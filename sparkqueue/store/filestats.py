@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import bisect
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from .sql import id_runs
@@ -189,7 +189,9 @@ def head_files(files: dict[str, dict[str, Any]], now: float, n: int,
 
 
 def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
-                now: float, step: int = 1) -> list[str] | None:
+                now: float, step: int = 1,
+                known: Mapping[str, tuple[tuple[str, ...], tuple[int, ...]]] | None = None,
+                ) -> list[str] | None:
     """The data files whose rows are exactly the tasks ``ids``, all taken by
     ``owner`` with leases live at ``now``; None when ``ids`` are not such files'
     rows all together.
@@ -200,27 +202,47 @@ def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
     (:meth:`Layout.files_at`). A file qualifies when they show every row
     stored ``taken`` by ``owner`` (minimum = maximum; Delta keeps only a
     32-character prefix of strings, so a longer owner never matches), every
-    lease and ttl ending after ``now``, and its task ids between a minimum and
-    maximum with every id between them in ``ids``: then all its rows are in
-    ``ids``. Ids are distinct across files, so when the files' rows add up to
-    ``len(ids)``, they are ``ids`` exactly. A shard's ids are ``step`` apart.
+    lease and ttl ending after ``now``, and either its task ids between a
+    minimum and maximum with every id between them in ``ids``, or it is one
+    of a group of files ``known`` to hold certain ids together, all of them
+    in ``ids`` (``known``: file name -> the group's files and their ids, as
+    this process wrote them: a take of sub-queue heads leases ids that need
+    not be a run); then all its rows are in ``ids``. Ids are distinct across
+    files, so when the files' rows add up to ``len(ids)``, they are ``ids``
+    exactly. A shard's ids are ``step`` apart.
     """
     runs = id_runs(ids, step)
     starts = [lo for lo, _ in runs]
-    names, covered = [], 0
+    names: list[str] = []
+    covered = 0
+    wanted: set[int] | None = None
     for name, f in files.items():
-        lo, hi = f["min_task_id"], f["max_task_id"]
-        if not (f["rows"] and lo is not None and hi is not None
-                and f["min_status"] == "taken" == f["max_status"] and f["status_nulls"] == 0
-                and f["min_owner"] == owner == f["max_owner"] and f["owner_nulls"] == 0
-                and f["min_lease_end"] is not None and f["min_lease_end"] > now
-                and f["min_ttl_end"] is not None and f["min_ttl_end"] > now):
+        if name in names or not held_by(f, owner, now):
             continue
+        lo, hi = f["min_task_id"], f["max_task_id"]
         at = bisect.bisect_right(starts, lo) - 1
         if at >= 0 and hi <= runs[at][1]:
             names.append(name)
             covered += f["rows"]
+            continue
+        group, group_ids = (known or {}).get(name, ((), ()))
+        wanted = set(ids) if wanted is None and group else wanted
+        if group and wanted is not None and wanted.issuperset(group_ids) and all(
+                g in files and g not in names and held_by(files[g], owner, now)
+                for g in group):
+            names.extend(group)
+            covered += len(group_ids)
     return names if names and covered == len(ids) else None
+
+
+def held_by(f: dict[str, Any], owner: str, now: float) -> bool:
+    """Whether a data file's statistics show every row of it stored ``taken`` by
+    ``owner``, its lease and ttl running at ``now``, and its ids' bounds."""
+    return bool(f["rows"] and f["min_task_id"] is not None and f["max_task_id"] is not None
+                and f["min_status"] == "taken" == f["max_status"] and f["status_nulls"] == 0
+                and f["min_owner"] == owner == f["max_owner"] and f["owner_nulls"] == 0
+                and f["min_lease_end"] is not None and f["min_lease_end"] > now
+                and f["min_ttl_end"] is not None and f["min_ttl_end"] > now)
 
 
 def file_entry(add: dict[str, Any]) -> dict[str, Any]:

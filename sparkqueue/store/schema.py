@@ -128,6 +128,11 @@ TAKE_FILE_ROWS = 1_000
 FEW_FILES = 8
 
 
+#: Data files per tasks table whose leased rows a process keeps in mind for their
+#: ack (``LogReader.note_leased``): a consumer's batches in flight need a few.
+LEASED_KNOWN = 1024
+
+
 #: Id lists of at most this many runs of consecutive ids are SQL range filters.
 RUNS_INLINE = 64
 

@@ -282,7 +282,7 @@ class Accelerator:
         """Commit in ``txn`` the data files ``removed`` (their statistics in ``files``,
         as :meth:`files_at` gives them) gone and ``rows`` written in their
         place, in files of at most ``file_rows`` rows; the version committed,
-        and the statistics of the files written (``stats_of``).
+        and the statistics of the files written (``stats_of``, and ``name``).
 
         Each of ``rows``' partitions is written to files of its own, so rows
         the caller keeps in separate partitions (a union keeps its inputs'
@@ -293,7 +293,8 @@ class Accelerator:
         """
         actions = self.jvm.java.util.ArrayList()
         self._write(txn, rows, file_rows, actions)
-        written = [stats_of(actions.get(i).stats()) for i in range(actions.size())]
+        written = [{**stats_of(actions.get(i).stats()), "name": actions.get(i).path()}
+                   for i in range(actions.size())]
         for name in removed:
             actions.add(self._removal(name, files[name]))
         return self._commit_actions(txn, actions, tag, updated=True), written

@@ -95,6 +95,21 @@ def test_whole_files_are_exactly_the_acked_ids_taken_by_the_acker() -> None:
     assert whole_files(taken, list(range(10)), "me", NOW + 10) is None  # leases ended
 
 
+def test_files_known_to_hold_ids_that_are_not_a_run_are_whole_when_all_are_acked() -> None:
+    # a take of sub-queue heads leased 0, 2 and 5 into files a and b; 1, 3 and 4 are
+    # another owner's tasks or ready ones, in other files
+    taken = {"a": file(0, 2, "taken", owner="me", lease=NOW + 9, rows=2),
+             "b": file(5, 5, "taken", owner="me", lease=NOW + 9)}
+    known = {"a": (("a", "b"), (0, 2, 5)), "b": (("a", "b"), (0, 2, 5))}
+    assert whole_files(taken, [0, 2, 5], "me", NOW) is None  # a's range holds 1
+    assert sorted(whole_files(taken, [0, 2, 5], "me", NOW, known=known) or []) == ["a", "b"]
+    assert whole_files(taken, [0, 2], "me", NOW, known=known) is None  # part of the group
+    assert whole_files(taken, [0, 1, 2, 5], "me", NOW, known=known) is None  # 1 elsewhere
+    assert whole_files({"a": taken["a"]}, [0, 2, 5], "me", NOW, known=known) is None  # b gone
+    assert whole_files(taken, [0, 2, 5], "you", NOW, known=known) is None
+    assert whole_files(taken, [0, 2, 5], "me", NOW + 10, known=known) is None  # leases ended
+
+
 def test_id_runs_and_statistics_json() -> None:
     assert id_runs([1, 2, 3, 7, 9, 10]) == [(1, 3), (7, 7), (9, 10)]
     stats = stats_of(json.dumps({"numRecords": 3, "minValues": {"status": "ready",

@@ -1,0 +1,152 @@
+"""The accelerator's take of sub-queue heads: one Spark job chooses the heads of free
+sub-queues on the transaction's snapshot, one commit rewrites the files that hold
+them (the leased tasks into files of their own, which their ack removes whole).
+Same answers as the MERGE: heads of free sub-queues only, in order, a lease
+that ended counted as a ttr expiry, never a sub-queue leased twice.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from sparkqueue import Consumer, FakeClock, Queue, Tube, UtubeDriver, store
+from sparkqueue.engine.ingest import ingest
+
+from .conftest import ids
+from .test_ack_files import operations
+from .test_take_files import before_its_commit, files_of
+
+
+@pytest.fixture(autouse=True)
+def with_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """File statistics even for a table of a few files."""
+    monkeypatch.setattr(store.schema, "FEW_FILES", 0)
+
+
+def ingested(sq: Queue, name: str, queues: dict[str, int], kind: str = "utube",
+             **options: Any) -> tuple[Tube, dict[str, list[int]]]:
+    """A tube of ``kind`` with ``queues[q]`` tasks put in sub-queue ``q``, ingested
+    (so that a take chooses among task rows, not new puts) and its file statistics
+    read once; the ids by sub-queue."""
+    t = sq.create_tube(name, kind, **options)
+    rows = [{"q": q, "i": i} for q, count in queues.items() for i in range(count)]
+    put = t.put(rows, utube=F.col("q")).collect()
+    ingest(t.context)
+    layout = t.context.layout
+    layout.file_stats(layout.tasks(name))
+    by_queue: dict[str, list[int]] = {q: [] for q in queues}
+    for r in sorted(put, key=lambda r: r["task_id"]):
+        by_queue[r["data"]["q"]].append(r["task_id"])
+    return t, by_queue
+
+
+def tag_of(t: Tube, version: int) -> dict[str, Any]:
+    """The sparkqueue tag of the tasks table's commit ``version``."""
+    log = Path(t.context.layout.tasks(t.name)) / "_delta_log" / f"{version:020d}.json"
+    info = next(json.loads(line)["commitInfo"] for line in log.read_text().splitlines()
+                if line.startswith('{"commitInfo"'))
+    return dict(json.loads(info["userMetadata"]))
+
+
+def test_a_take_leases_the_heads_of_free_sub_queues_in_one_commit_of_whole_files(
+        sq: Queue) -> None:
+    t, q = ingested(sq, "heads", {"a": 2, "b": 1, "c": 2})
+    path = t.context.layout.tasks("heads")
+    before = t.context.layout.latest_version(path)
+    batch = t.take(5)
+    assert ids(batch) == sorted([q["a"][0], q["b"][0], q["c"][0]])
+    assert {r["status"] for r in batch.collect()} == {"taken"}
+    assert operations(t, before) == [("UPDATE", "take")], "no MERGE"
+    leased = [f for f in files_of(t) if f[0] == "taken"]
+    assert sum(hi - lo + 1 for _, _, lo, hi in leased) >= 3 and all(
+        f[1] == "taken" for f in leased), "the leased tasks are files of their own"
+
+    before = t.context.layout.latest_version(path)
+    assert ids(t.ack(batch)) == ids(batch)
+    assert operations(t, before) == [("DELETE", "ack")], "removed whole"
+    assert ids(t.take(5)) == sorted([q["a"][1], q["c"][1]])
+    stats = t.statistics()
+    assert stats["calls"]["take"] == 5 and stats["tasks"]["taken"] == 2
+
+
+def test_a_take_where_every_sub_queue_is_busy_finds_nothing_and_commits_nothing(
+        sq: Queue) -> None:
+    t, q = ingested(sq, "busy", {"a": 2, "b": 2})
+    assert ids(t.take(5, owner="other")) == [q["a"][0], q["b"][0]]
+    path = t.context.layout.tasks("busy")
+    before = t.context.layout.latest_version(path)
+    assert t.take(5, timeout=0).count() == 0
+    assert operations(t, before) == []
+
+
+def test_a_lease_that_ended_frees_its_sub_queue_and_counts_as_a_ttr_expiry(
+        sq: Queue, clock: FakeClock) -> None:
+    t, q = ingested(sq, "ttr", {"a": 2, "b": 1}, kind="utubettl", ttr=10)
+    assert ids(t.take(1, owner="other")) == [q["a"][0]]
+    assert ids(t.take(5)) == [q["b"][0]], "a is busy"
+    clock.advance(11)  # both leases end
+    path = t.context.layout.tasks("ttr")
+    before = t.context.layout.latest_version(path)
+    assert ids(t.take(5, owner="third")) == [q["a"][0], q["b"][0]]
+    assert operations(t, before) == [("UPDATE", "take")]
+    assert tag_of(t, before + 1)["ttr"] == 2
+    assert t.statistics()["calls"]["ttr"] == 2
+
+
+def test_a_consumer_of_sub_queues_pays_one_commit_a_batch(sq: Queue) -> None:
+    t, q = ingested(sq, "loop", {"a": 2, "b": 2})
+    path = t.context.layout.tasks("loop")
+    before = t.context.layout.latest_version(path)
+    seen: list[list[int]] = []
+    progress = Consumer(t, lambda batch: seen.append(ids(batch)), batch_size=10,
+                        take_timeout=0, idle_timeout=0).run()
+    assert seen == [[q["a"][0], q["b"][0]], [q["a"][1], q["b"][1]]] and progress.done == 4
+    assert operations(t, before) == [("UPDATE", "take"), ("UPDATE", "take+ack"),
+                                     ("DELETE", "ack")]
+
+
+def test_a_take_whose_snapshot_another_take_changed_leases_no_sub_queue_twice(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    t, q = ingested(sq, "race", {"a": 2, "b": 2})
+    stolen: list[list[int]] = []
+    before_its_commit(t, monkeypatch,
+                      lambda: stolen.append(ids(t.take(1, owner="consumer-b"))))
+    retried = store.conflicts_retried()
+    assert ids(t.take(5)) == [q["b"][0]], "after the conflict: a is busy"
+    assert stolen == [[q["a"][0]]]
+    assert store.conflicts_retried() == retried + 1
+    assert t.meta(q["a"][0])["owner"] == "consumer-b"
+    assert ids(t.tasks_by_state("ready")) == [q["a"][1], q["b"][1]]
+
+
+class _BusyOnce(UtubeDriver):
+    """A driver whose first choice is every ready task, busy sub-queues or not (a
+    choice made on a snapshot before another consumer's lease); then as utube."""
+
+    name: ClassVar[str] = "busy_once"
+    fooled: ClassVar[list[bool]] = []
+
+    def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
+        if not type(self).fooled:
+            type(self).fooled.append(True)
+            return live.where("eff = 'ready'").orderBy("task_id").limit(n)
+        return super().choose(live, n, window)
+
+
+def test_a_drivers_choice_of_a_busy_sub_queue_goes_to_the_merge_which_chooses_again(
+        sq: Queue, spark: SparkSession) -> None:
+    sq.register_driver("busy_once", _BusyOnce)
+    t, q = ingested(sq, "stale", {"a": 2, "b": 1}, kind="busy_once")
+    assert ids(t.take(1, owner="other")) == [q["a"][0]]
+    _BusyOnce.fooled.clear()
+    path = t.context.layout.tasks("stale")
+    before = t.context.layout.latest_version(path)
+    assert ids(t.take(5)) == [q["b"][0]], "a's second task is not leased: a is busy"
+    assert _BusyOnce.fooled == [True]
+    assert [op for op, _ in operations(t, before)] == ["MERGE"]
