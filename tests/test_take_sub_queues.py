@@ -15,7 +15,9 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+import sparkqueue
 from sparkqueue import Consumer, FakeClock, Queue, Tube, UtubeDriver, store
+from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
 from .conftest import ids
@@ -130,6 +132,7 @@ class _BusyOnce(UtubeDriver):
     choice made on a snapshot before another consumer's lease); then as utube."""
 
     name: ClassVar[str] = "busy_once"
+    sub_queue_heads: ClassVar[bool] = True  # the promise its choice breaks once
     fooled: ClassVar[list[bool]] = []
 
     def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
@@ -140,13 +143,94 @@ class _BusyOnce(UtubeDriver):
 
 
 def test_a_drivers_choice_of_a_busy_sub_queue_goes_to_the_merge_which_chooses_again(
-        sq: Queue, spark: SparkSession) -> None:
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
     sq.register_driver("busy_once", _BusyOnce)
     t, q = ingested(sq, "stale", {"a": 2, "b": 1}, kind="busy_once")
     assert ids(t.take(1, owner="other")) == [q["a"][0]]
     _BusyOnce.fooled.clear()
     path = t.context.layout.tasks("stale")
     before = t.context.layout.latest_version(path)
+    plans = spied(monkeypatch, "choose_heads")
     assert ids(t.take(5)) == [q["b"][0]], "a's second task is not leased: a is busy"
     assert _BusyOnce.fooled == [True]
+    assert plans == [("key", None), None], "the file take saw the busy choice, gave it up"
     assert [op for op, _ in operations(t, before)] == ["MERGE"]
+
+
+def spied(monkeypatch: pytest.MonkeyPatch, name: str) -> list[Any]:
+    """What ``engine.take.<name>`` returns each time it is called from now on, after
+    its ``key`` argument (the head's bound) where it has one."""
+    seen: list[Any] = []
+    original = getattr(taking, name)
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        got = original(*args, **kwargs)
+        if name == "choose_heads":
+            seen.append(("key", args[7] if len(args) > 7 else kwargs.get("key")))
+        seen.append(None if got is None else got.leases)
+        return got
+
+    monkeypatch.setattr(taking, name, spy)
+    return seen
+
+
+def test_on_a_long_tube_a_take_reads_near_the_head_and_still_sees_every_lease(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``HEAD_READ_ROWS`` the take reads the ready tasks within the head's bound
+    and every lease: a sub-queue leased past the bound is busy, and when the
+    bound holds fewer than ``n`` free heads the take chooses from all."""
+    monkeypatch.setattr(store.schema, "HEAD_READ_ROWS", 0)
+    t, q = ingested(sq, "long", {"a": 1}, kind="utubettl", pri=9)
+    assert ids(t.take(1)) == q["a"]  # a's lease, past the bound of what follows
+    first, other = ids(t.put([{"q": "a", "i": 1}, {"q": "b", "i": 0}], utube=F.col("q"),
+                             pri=0))
+    ingest(t.context)
+    calls = spied(monkeypatch, "choose_heads")
+    assert ids(t.take(1)) == [other], "first is ahead, but a is busy"
+    assert calls[0][1] is not None and calls[1] == 1, "one read, near the head"
+
+    more = ids(t.put([{"q": "c", "i": 0}], utube="c", pri=5))
+    ingest(t.context)
+    calls.clear()
+    assert ids(t.take(2)) == more, "near the head only a's (busy): then from all"
+    assert [c for c in calls if isinstance(c, tuple)][-1] == ("key", None)
+    assert ids(t.tasks_by_state("ready")) == [first]
+
+
+def test_a_file_with_a_deletion_vector_sends_the_take_to_the_merge(
+        sq: Queue, spark: SparkSession) -> None:
+    """A deletion vector leaves a file's statistics unknown and its Parquet holding the
+    rows it deleted: read as Parquet they would come back, so the MERGE takes."""
+    t, q = ingested(sq, "vectors", {"a": 2, "b": 2, "c": 1})
+    path = t.context.layout.tasks("vectors")
+    spark.sql(f"ALTER TABLE delta.`{path}` "
+              "SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
+    t.bury(q["b"][0])  # a MERGE that marks the ready row deleted in its file
+    before = t.context.layout.latest_version(path)
+    assert ids(t.take(5)) == [q["a"][0], q["b"][1], q["c"][0]]
+    assert t.meta(q["b"][0])["status"] == "buried"
+    assert [op for op, _ in operations(t, before)] == ["MERGE"]
+
+
+def test_a_tube_that_keeps_a_change_feed_takes_by_merge(sq: Queue) -> None:
+    t, q = ingested(sq, "feed", {"a": 2, "b": 1}, change_feed=True)
+    path = t.context.layout.tasks("feed")
+    before = t.context.layout.latest_version(path)
+    assert ids(t.take(5)) == [q["a"][0], q["b"][0]]
+    assert [op for op, _ in operations(t, before)] == ["MERGE"]
+
+
+def test_an_ack_from_another_process_goes_the_merges_way(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock) -> None:
+    """Only the process that took heads that are not a run of ids knows that their
+    files hold them alone; another one's ack reads and checks them."""
+    t, q = ingested(sq, "elsewhere", {"a": 2, "b": 1})
+    batch = t.take(5)
+    assert ids(batch) == [q["a"][0], q["b"][0]]
+    # a Queue of its own (its own Layout): it has noted no leases
+    other = sparkqueue.connect(spark, root, owner="consumer-a", clock=clock)
+    path = t.context.layout.tasks("elsewhere")
+    before = t.context.layout.latest_version(path)
+    assert ids(other.tube("elsewhere").ack(ids(batch))) == ids(batch)
+    assert [op for op, _ in operations(t, before)] == ["MERGE"]
+    assert ids(t.take(5)) == [q["a"][1]]

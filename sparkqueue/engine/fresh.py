@@ -125,7 +125,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     if cursor.version >= upto:
         ctx.ingested_upto = upto
         return None
-    acked = layout.whole_files(path, files, acking, who, now, ctx.shards) if acking else []
+    acked = layout.whole_leased_files(path, files, acking, who, now, ctx.shards) if acking else []
     if acked is None or (acked and accelerator.keeps_feed(txn)):
         return None  # not whole files, or the feed would miss their removal
     tag = CommitTag.new("ingest+take")

@@ -470,7 +470,7 @@ def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
     def attempt() -> int | None:
         now = ctx.now()
         path = layout.tasks(ctx.key)
-        return accelerator.remove_files(path, lambda files: layout.whole_files(
+        return accelerator.remove_files(path, lambda files: layout.whole_leased_files(
             path, files, ids, who, now, ctx.shards), tag)
 
     try:

@@ -155,7 +155,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     """The take's tasks when file statistics show which files hold them: those
     files are rewritten in one commit, the leased tasks into files of their
     own, the others into others; ``acking``, when those are whole files
-    (:func:`store.whole_files`), are removed by the same commit.
+    (:meth:`Layout.whole_leased_files`), are removed by the same commit.
 
     With the accelerator, on a table that keeps no change feed, and a driver
     that looks only at ready tasks (``head_only``) or at the heads of free
@@ -170,7 +170,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     MERGE runs (``jobs/profile_ops.py``).
     None when it does not apply: the take then goes the usual way.
     :data:`NONE_READY` when it found nothing to lease and had no acks to
-    commit.
+    commit (with acks it is None: they go the usual way).
 
     The commit removes the files it read, so a concurrent commit that
     removed one of them conflicts with it (another consumer's take of the
@@ -200,7 +200,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
             return None  # the feed's rows are Delta's to write
         now = ctx.now()
         files = layout.files_at(path, int(txn.snapshot().version()))
-        acked = (layout.whole_files(path, files, acking, who, now, ctx.shards)
+        acked = (layout.whole_leased_files(path, files, acking, who, now, ctx.shards)
                  if acking and files else [])
         if files is None or acked is None:
             return None
@@ -239,40 +239,74 @@ def head_plan(files: dict[str, dict[str, Any]], n: int, now: float) -> FilePlan 
 
 def sub_queue_plan(ctx: TubeContext, sess: SparkSession, files: dict[str, dict[str, Any]],
                    acked: list[str], n: int, win: int, now: float) -> FilePlan | None:
-    """A ``sub_queue_heads`` take's choice, made in one Spark job on the data files
-    of the transaction's snapshot (``files``) that may hold a ready task or a
-    lease (the others hold neither), less those its commit acks whole
-    (``acked``: their sub-queues are free again); and the files that hold
-    the chosen tasks. None when the files' columns are not known yet."""
-    layout = ctx.layout
-    path = layout.tasks(ctx.key)
-    ready = [name for name, f in files.items()
-             if name not in acked and st.may_hold_ready(f, now)]
+    """A ``sub_queue_heads`` take's choice (:func:`choose_heads`) on the data files of
+    the transaction's snapshot (``files``) less those its commit acks whole
+    (``acked``: their sub-queues are free again), and the files that hold the
+    chosen tasks. Where the files that may hold a ready task hold more than
+    ``schema.HEAD_READ_ROWS`` rows and file statistics bound where the ``n``
+    lowest ready tasks are (:func:`store.head_key`), the ready tasks within
+    that bound first, as the MERGE's choice does: a sub-queue's head comes
+    before its other tasks, so the heads within the bound are heads; all of
+    them when those give fewer than ``n``. None when the files' columns are
+    not known yet, or the driver chose a task that is not a free head; also
+    when a file's statistics are unknown: it may have a deletion vector
+    (:func:`store.file_entry`), whose deleted rows its Parquet still holds,
+    and only Delta's own read (the MERGE's) leaves them out."""
+    kept = {name: f for name, f in files.items() if name not in acked}
+    if any(f["rows"] is None for f in kept.values()):
+        return None
+    ready = [name for name, f in kept.items() if st.may_hold_ready(f, now)]
     if not ready:
         return FilePlan([], 0, 0, 0, [], {})
-    held = [name for name, f in files.items()
-            if name not in acked and name not in ready and st.may_hold(f, "taken")]
-    if layout.task_file_schema(path, sess) is None:
+    path = ctx.layout.tasks(ctx.key)
+    if ctx.layout.task_file_schema(path, sess) is None:
         return None
-    live = (layout.read_task_files(path, ready + held, sess).where("task_id >= 0")
-            .withColumn("eff", F.expr(effective_status(now))))
-    facts = live.select("task_id", "status", "utube", "eff")
-    chosen = facts.join(ctx.driver.choose(live, n, win).select("task_id"), "task_id", "left_semi")
-    busy = (facts.where("eff = 'taken'").select(F.lit(None).cast("long").alias("task_id"),
-                                                 F.lit(None).cast("string").alias("status"),
-                                                 "utube", "eff").distinct())
-    rows = chosen.unionByName(busy).collect()
-    taken = {r["utube"] for r in rows if r["task_id"] is None}
-    picked = sorted((int(r["task_id"]), r["status"], r["eff"], r["utube"])
-                    for r in rows if r["task_id"] is not None)
-    if any(eff != "ready" or utube in taken for _, _, eff, utube in picked):
+    many = sum(kept[name]["rows"] or 0 for name in ready) > st.schema.HEAD_READ_ROWS
+    key = st.head_key(kept.values(), now, n) if many else None
+    if key is not None:
+        plan = choose_heads(ctx, sess, kept, ready, n, win, now, key)
+        if plan is None or plan.leases >= n:
+            return plan
+    return choose_heads(ctx, sess, kept, ready, n, win, now)
+
+
+def choose_heads(ctx: TubeContext, sess: SparkSession, files: dict[str, dict[str, Any]],
+                 ready: list[str], n: int, win: int, now: float,
+                 key: tuple[int, int] | None = None) -> FilePlan | None:
+    """The driver's choice among the rows of the data files ``ready`` (may hold a
+    ready task; only those that reach ``key`` when given, and only their rows
+    at or below it) and of the ``files`` that may hold a lease (busy
+    sub-queues), in one query, checked against those rows: every chosen task
+    ready, its sub-queue without a live lease. None when it is not so."""
+    near = [name for name in ready if key is None or st.reaches(files[name], key)]
+    held = [name for name, f in files.items() if name not in near and st.may_hold(f, "taken")]
+    rows = ctx.layout.read_task_files(ctx.layout.tasks(ctx.key), near + held, sess)
+    live = near_head(rows.where("task_id >= 0"), now, None if key is None else st.bound_sql(key))
+    busy = (live.where("eff = 'taken'").select(F.col("utube").alias("busy_utube")).distinct()
+            .withColumn("busy", F.lit(True)))
+    chosen = (live.join(ctx.driver.choose(live, n, win).select("task_id"), "task_id", "left_semi")
+              .join(busy, F.col("utube").eqNullSafe(F.col("busy_utube")), "left"))
+    picked = sorted((int(r["task_id"]), r["status"], r["eff"], r["busy"]) for r in
+                    chosen.select("task_id", "status", "eff", "busy").collect())
+    if any(eff != "ready" or busy for _, _, eff, busy in picked):
         return None  # not a choice of free heads (a driver's own): the MERGE checks it
     ids = [row[0] for row in picked]
     if not ids:
         return FilePlan([], 0, 0, 0, [], {})
-    names = [name for name in ready if holds_any(files[name], ids)]
+    names = [name for name in near if holds_any(files[name], ids)]
     return FilePlan(names, ids[0], ids[-1], len(ids), ids,
                     expiry_counts([row[1] for row in picked]))
+
+
+def near_head(rows: DataFrame, now: float, bound: str | None) -> DataFrame:
+    """Task ``rows`` with their state at ``now`` (``eff``), for a sub-queue choice:
+    all of them; or, within ``bound`` (SQL on ``(pri, order_key)``), the ready
+    ones and every lease, since the taken rows tell which sub-queues are
+    busy and past the bound only they count."""
+    if bound is not None:
+        rows = rows.where(f"(({st.ready_when(now)}) AND {bound}) OR status = 'taken'")
+    rows = rows.withColumn("eff", F.expr(effective_status(now)))
+    return rows if bound is None else rows.where(f"eff = 'taken' OR {bound}")
 
 
 def holds_any(f: dict[str, Any], ids: list[int]) -> bool:
@@ -302,7 +336,8 @@ def leased_run(written: list[dict[str, Any]], count: int, step: int,
 
 def all_taken(f: dict[str, Any]) -> bool:
     """Whether a written file's statistics show every row of it ``taken`` (a take's
-    leased tasks, written apart from the others), and how many and which ids."""
+    leased tasks, written apart from the others), with its row count and ids'
+    bounds known."""
     return bool(f["min_status"] == "taken" == f["max_status"] and f["rows"] is not None
                 and f["min_task_id"] is not None)
 
@@ -318,7 +353,8 @@ def file_rows(n: int) -> int:
     no window to choose within a file, and no ready rows rewritten beside
     the leased ones (a file of 20,000 drained 1,000 at a time was rewritten
     twenty times). The floor keeps small takes from cutting a tube into
-    tiny files.
+    tiny files. A take of sub-queue heads writes alike: its leased tasks in
+    files of their own, the other rows of the files it chose from cut so.
     """
     return min(max(n, st.schema.TAKE_FILE_ROWS), st.schema.TASK_FILE_ROWS)
 
@@ -404,10 +440,7 @@ def candidates(ctx: TubeContext, now: float, n: int, acking: list[int] | None = 
         rows = layout.read(path).where(ready if bound is None else f"({ready}) AND {bound}")
         rows = rows.where("task_id >= 0").withColumn("eff", F.lit("ready"))
     elif bound is not None:
-        # the taken rows tell which sub-queues are busy; past the bound only they count
-        rows = (layout.read(path).where(f"(({ready}) AND {bound}) OR status = 'taken'")
-                .where("task_id >= 0").withColumn("eff", F.expr(effective_status(now)))
-                .where(f"eff = 'taken' OR {bound}"))
+        rows = near_head(layout.read(path).where("task_id >= 0"), now, bound)
     else:
         rows = live_tasks(ctx, now, pending=False)
     rows = st.without_ids(rows, acking, ctx.spark, ctx.shards) if acking else rows

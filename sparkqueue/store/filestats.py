@@ -84,15 +84,29 @@ def all_ready(f: dict[str, Any], now: float) -> bool:
 
 
 def head_bound(files: list[Any], now: float, n: int) -> str | None:
-    """SQL bounding ``(pri, order_key)`` to where the ``n`` lowest ready tasks must be.
+    """SQL bounding ``(pri, order_key)`` to where the ``n`` lowest ready tasks must be
+    (:func:`head_key`), so that data skipping reads only the files that reach
+    below it. None when the statistics show no such key."""
+    key = head_key(files, now, n)
+    return None if key is None else bound_sql(key)
+
+
+def bound_sql(key: tuple[int, int]) -> str:
+    """SQL: the row's ``(pri, order_key)`` is at or below ``key``."""
+    pri, order_key = key
+    return f"(pri < {pri} OR (pri = {pri} AND order_key <= {order_key}))"
+
+
+def head_key(files: Iterable[dict[str, Any]], now: float, n: int) -> tuple[int, int] | None:
+    """A ``(pri, order_key)`` at or below which the ``n`` lowest ready tasks must be.
 
     ``files`` are the tasks table's file statistics (:meth:`Layout.file_stats`).
     A file whose rows are all stored ``ready`` with no ttl passed holds
     ``numRecords`` ready tasks, none above its ``(max pri, max order_key)``.
     Walking such files by that upper bound until they hold ``n`` tasks gives
     a key with at least ``n`` ready tasks at or below it: the ``n`` lowest are
-    there too, and data skipping reads only the files that reach below it.
-    None when the statistics show no such key (few files, or none all ready).
+    there too. None when the statistics show no such key (few files, or none
+    all ready).
     """
     certain = sorted((f["max_pri"], f["max_order_key"], f["rows"])
                      for f in files if all_ready(f, now))
@@ -100,8 +114,17 @@ def head_bound(files: list[Any], now: float, n: int) -> str | None:
     for pri, order_key, rows in certain:
         held += rows
         if held >= n:
-            return f"(pri < {int(pri)} OR (pri = {int(pri)} AND order_key <= {int(order_key)}))"
+            return int(pri), int(order_key)
     return None
+
+
+def reaches(f: dict[str, Any], key: tuple[int, int]) -> bool:
+    """Whether a data file's statistics leave room for a row at or below ``(pri,
+    order_key)`` ``key`` (unknown statistics do)."""
+    lo_pri, lo_key = f["min_pri"], f["min_order_key"]
+    if lo_pri is None:
+        return True
+    return bool(lo_pri < key[0] or (lo_pri == key[0] and (lo_key is None or lo_key <= key[1])))
 
 
 def ready_head(files: Iterable[dict[str, Any]], now: float, n: int,
@@ -188,9 +211,13 @@ def head_files(files: dict[str, dict[str, Any]], now: float, n: int,
             min(f["min_task_id"] for f in chosen), top[2])
 
 
+#: A group of data files a process wrote and the task ids they hold together (and no
+#: others): see :func:`whole_files`.
+FileGroup = tuple[tuple[str, ...], tuple[int, ...]]
+
+
 def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
-                now: float, step: int = 1,
-                known: Mapping[str, tuple[tuple[str, ...], tuple[int, ...]]] | None = None,
+                now: float, step: int = 1, known: Mapping[str, FileGroup] | None = None,
                 ) -> list[str] | None:
     """The data files whose rows are exactly the tasks ``ids``, all taken by
     ``owner`` with leases live at ``now``; None when ``ids`` are not such files'

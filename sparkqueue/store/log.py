@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 from ..errors import QueueError, StorageError
 from . import schema
 from .files import LogFiles, delta_log
-from .filestats import file_entry, stats_of, whole_files
+from .filestats import FileGroup, file_entry, stats_of, whole_files
 from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
 
@@ -74,7 +74,7 @@ class LogReader(Paths):
         # (table path, tag key): (version read up to, value), see last_tag_value
         self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
         # tasks path: {data file: (its group of files, their task ids)}, see note_leased
-        self._leased: dict[str, dict[str, tuple[tuple[str, ...], tuple[int, ...]]]] = {}
+        self._leased: dict[str, dict[str, FileGroup]] = {}
 
     def latest_version(self, path: str) -> int:
         """The newest committed version of the table at ``path``.
@@ -338,7 +338,7 @@ class LogReader(Paths):
         """Write down that the data files ``names`` of the tasks table at ``path``,
         which this process wrote, hold the tasks ``ids`` together and no others
         (a take's leased tasks, whose ids need not be a run): their ack may
-        then remove them whole (:meth:`whole_files`). The newest
+        then remove them whole (:meth:`whole_leased_files`). The newest
         ``schema.LEASED_KNOWN`` files are kept."""
         known = self._leased.setdefault(path, {})
         group = (tuple(names), tuple(ids))
@@ -347,8 +347,8 @@ class LogReader(Paths):
         while len(known) > schema.LEASED_KNOWN:
             known.pop(next(iter(known)))
 
-    def whole_files(self, path: str, files: dict[str, dict[str, Any]], ids: list[int],
-                    owner: str, now: float, step: int = 1) -> list[str] | None:
+    def whole_leased_files(self, path: str, files: dict[str, dict[str, Any]], ids: list[int],
+                           owner: str, now: float, step: int = 1) -> list[str] | None:
         """:func:`filestats.whole_files` of the tasks table at ``path``, with the
         groups of files this process knows the rows of (:meth:`note_leased`)."""
         return whole_files(files, ids, owner, now, step, self._leased.get(path))

@@ -128,6 +128,12 @@ TAKE_FILE_ROWS = 1_000
 FEW_FILES = 8
 
 
+#: A take of sub-queue heads reads every row of the files that may hold a ready
+#: task when they hold at most this many rows; more, and it reads first those
+#: near the head (``engine.take.sub_queue_plan``).
+HEAD_READ_ROWS = 100_000
+
+
 #: Data files per tasks table whose leased rows a process keeps in mind for their
 #: ack (``LogReader.note_leased``): a consumer's batches in flight need a few.
 LEASED_KNOWN = 1024

@@ -271,11 +271,11 @@ def test_a_consumer_whose_take_with_acks_kept_conflicting_still_acks_the_batch(
     original = take_with_acks_of_the_engine
     lost: list[list[int]] = []
 
-    def take_with_acks(ctx, n, who, acking):  # type: ignore[no-untyped-def]
+    def take_with_acks(ctx, n, who, acking, *rest):  # type: ignore[no-untyped-def]
         if not lost:
             lost.append(list(acking))
             raise Timeout("take on 'acking' kept conflicting with concurrent commits")
-        return original(ctx, n, who, acking)
+        return original(ctx, n, who, acking, *rest)
 
     monkeypatch.setattr(worker, "take_with_acks", take_with_acks)
     progress = Consumer(t, lambda batch: None, batch_size=2, take_timeout=0,

@@ -9,8 +9,10 @@ from typing import Any
 from sparkqueue.store import (
     head_bound,
     head_files,
+    head_key,
     may_hold,
     may_hold_ready,
+    reaches,
     ready_head,
     stats_of,
     whole_files,
@@ -93,6 +95,17 @@ def test_whole_files_are_exactly_the_acked_ids_taken_by_the_acker() -> None:
     assert whole_files(taken, list(range(5)), "me", NOW) is None  # part of a file
     assert whole_files(taken, list(range(20)), "you", NOW) is None  # another owner's
     assert whole_files(taken, list(range(10)), "me", NOW + 10) is None  # leases ended
+
+
+def test_head_key_bounds_the_head_and_files_reach_below_it_by_their_minimum() -> None:
+    files = [file(0, 9), file(10, 19), file(20, 29, "taken", owner="me", lease=NOW + 9)]
+    assert head_key(files, NOW, 5) == (0, 9)
+    assert head_key(files, NOW, 15) == (0, 19)
+    assert head_key(files, NOW, 25) is None  # the taken file's rows are not certain
+    assert reaches(file(0, 9), (0, 9)) and not reaches(file(10, 19), (0, 9))
+    assert reaches(file(10, 19, pri=-1), (0, 9))  # a lower priority comes first
+    assert not reaches(file(0, 9, pri=1), (0, 9))
+    assert reaches(file(0, 9) | {"min_pri": None}, (0, 9))  # unknown statistics
 
 
 def test_files_known_to_hold_ids_that_are_not_a_run_are_whole_when_all_are_acked() -> None:
