@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import Consumer, FakeClock, Queue, Tube, UtubeDriver, store
+from sparkqueue.engine import ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
@@ -234,3 +235,31 @@ def test_an_ack_from_another_process_goes_the_merges_way(
     assert ids(other.tube("elsewhere").ack(ids(batch))) == ids(batch)
     assert [op for op, _ in operations(t, before)] == ["MERGE"]
     assert ids(t.take(5)) == [q["a"][1]]
+
+
+def test_a_take_that_finds_every_sub_queue_busy_does_not_try_the_merge_too(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    t, q = ingested(sq, "nomerge", {"a": 2, "b": 2})
+    assert ids(t.take(5, owner="other")) == [q["a"][0], q["b"][0]]
+    merges: list[int] = []
+
+    def apply(*args: Any, **kwargs: Any) -> Any:  # the MERGE's way (engine.take's binding)
+        merges.append(1)
+        return ops.apply(*args, **kwargs)
+
+    monkeypatch.setattr(taking, "apply", apply)
+    assert t.take(5, timeout=0).count() == 0
+    assert merges == []
+
+
+def test_a_window_of_two_leases_two_heads_of_each_free_sub_queue_in_one_commit(
+        sq: Queue) -> None:
+    t, q = ingested(sq, "window", {"a": 3, "b": 1, "c": 3})
+    path = t.context.layout.tasks("window")
+    before = t.context.layout.latest_version(path)
+    batch = t.take(10, window=2)
+    assert ids(batch) == sorted(q["a"][:2] + q["b"] + q["c"][:2])
+    assert operations(t, before) == [("UPDATE", "take")]
+    assert ids(t.take(10, window=2, owner="other")) == [], "every sub-queue is busy"
+    t.ack(batch)
+    assert ids(t.take(10, window=2)) == [q["a"][2], q["c"][2]]
