@@ -19,13 +19,18 @@ In one run:
 - the same with sub-queues: a utubettl tube of 16 sub-queues of --utube-each
   tasks, taken with window 1 (one task per free sub-queue), four consumers,
   on four shards against one.
+- how the drain grows with cores: one consumer held to one core (Linux's CPU
+  affinity, ``local[1]``) against two consumers each held to a core of its
+  own, on a four-shard tube of --cores-rows tasks (``shards_cores_2_over_1_ratio``,
+  tasks per second). Where the machine has fewer than two cores, not run.
 
 Consumers' owners are chosen so that each starts at a shard of its own
 (``engine.shards.home_shard``); each moves on to the others' shards when
 its own is empty. Before it says it is ready, each consumer drains a tube of
-its own of --warmup tasks the same way, so that what is timed is consumers
-that have run for a while (a new JVM spends its first minutes compiling the
-code it runs: four at once on two cores compile more than they drain).
+its own of the same driver the same way (--warmup tasks; for utubettl, a few
+rounds of its sub-queues), so that what is timed is consumers that have run
+for a while (a new JVM spends its first minutes compiling the code it runs:
+four at once on two cores compile more than they drain).
 
     python jobs/bench_shards.py --json out.json                     # the section alone
 """
@@ -54,6 +59,14 @@ CONSUMERS = 4
 SHARDS = 4
 #: Sub-queues of the utube runs.
 SUB_QUEUES = 16
+#: Tasks per sub-queue of a utube consumer's warm-up tube.
+WARM_ROUNDS = 4
+
+
+def sub_queues(spark: Any, each: int) -> Any:
+    """``SUB_QUEUES * each`` rows ``n`` with their sub-queue ``q``, round robin."""
+    return spark.range(SUB_QUEUES * each).select(
+        F.col("id").alias("n"), (F.col("id") % SUB_QUEUES).cast("string").alias("q"))
 
 
 def owners(count: int, shards: int) -> list[str]:
@@ -71,18 +84,33 @@ def owners(count: int, shards: int) -> list[str]:
     return names
 
 
+def warm_up(spark: Any, args: argparse.Namespace) -> None:
+    """Drain a tube of the consumer's own, of the timed tube's driver, the same way."""
+    warm = sparkqueue.connect(spark, f"{args.root}-warmup/{args.tube}/{args.owner}",
+                              owner=args.owner)
+    warming = warm.create_tube("warmup", args.driver)
+    if args.driver == "utubettl":
+        warming.put(sub_queues(spark, WARM_ROUNDS), utube=F.col("q"))
+    else:
+        warming.put(payload(spark, args.warmup))
+    sparkqueue.Consumer(warming, lambda batch: None, batch_size=args.batch,
+                        take_timeout=0, idle_timeout=0).run()
+
+
 def worker(args: argparse.Namespace) -> dict[str, float]:
-    """One consumer: start, open the tube, say ready, wait for the go, drain; figures."""
-    spark = sparkqueue.session(app_name=f"sparkqueue-bench-{args.owner}")
+    """One consumer: start, open the tube, say ready, wait for the go, drain; figures.
+
+    With ``--cpu k`` the process and its JVM (which inherits the affinity) run on
+    core ``k`` alone, with a Spark of one task slot."""
+    master = None
+    if args.cpu is not None:
+        os.sched_setaffinity(0, {args.cpu})
+        master = "local[1]"
+    spark = sparkqueue.session(app_name=f"sparkqueue-bench-{args.owner}", master=master)
     sq = sparkqueue.connect(spark, args.root, owner=args.owner)
     tube = sq.tube(args.tube)
     if args.warmup:
-        warm = sparkqueue.connect(spark, f"{args.root}-warmup/{args.tube}/{args.owner}",
-                                  owner=args.owner)
-        warming = warm.create_tube("warmup", "fifottl")
-        warming.put(payload(spark, args.warmup))
-        sparkqueue.Consumer(warming, lambda batch: None, batch_size=args.batch,
-                            take_timeout=0, idle_timeout=0).run()
+        warm_up(spark, args)
     Path(args.ready).write_text("ready")
     while not os.path.exists(args.go):
         time.sleep(0.05)
@@ -109,19 +137,22 @@ def cpu_times() -> tuple[int, int] | None:
 
 
 def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
-                   warmup: int) -> dict[str, float]:
+                   warmup: int, driver: str = "fifottl",
+                   pinned: bool = False) -> dict[str, float]:
     """``count`` consumer processes draining ``tube`` at once: tasks per second from
     the go to the last one's end, conflicts retried per take, and how busy the
     machine's cores were meanwhile (``cpu_busy``, 0 to 1: a single consumer
-    near 1 leaves no room for more consumers to go faster)."""
+    near 1 leaves no room for more consumers to go faster). ``pinned``: consumer
+    ``k`` runs on core ``k`` alone (``--cpu``)."""
     work = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-shards-"))
     go = work / "go"
     procs = []
     for k, owner in enumerate(owners(count, shards)):
+        pin = ["--cpu", str(k)] if pinned else []
         procs.append(subprocess.Popen(
             [sys.executable, __file__, "--worker", "--root", root, "--tube", tube,
              "--owner", owner, "--batch", str(batch), "--warmup", str(warmup),
-             "--ready", str(work / f"ready{k}"),
+             "--driver", driver, *pin, "--ready", str(work / f"ready{k}"),
              "--go", str(go), "--json", str(work / f"out{k}.json")], env=dict(os.environ)))
     while not all((work / f"ready{k}").exists() for k in range(count)):
         if any(p.poll() not in (None, 0) for p in procs):
@@ -163,7 +194,8 @@ def fill(sq: sparkqueue.Queue, name: str, rows: Any, shards: int,
 
 
 def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int, warmup: int,
-                 say: Any, single_rows: int = 20_000) -> dict[str, float]:
+                 say: Any, single_rows: int = 20_000,
+                 cores_rows: int = 100_000) -> dict[str, float]:
     """The section's figures (see the module's docstring)."""
     sq = sparkqueue.connect(spark, root, owner="bench")
     figures: dict[str, float] = {}
@@ -177,18 +209,36 @@ def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int, warmup
             say(f"  {name}_{key}: {value:.3f}")
     figures["shards_4_consumers_over_1_ratio"] = (
         figures["shards_4x4_tasks_per_s"] / figures["shards_1x4_tasks_per_s"])
-    queues = spark.range(SUB_QUEUES * each).select(
-        F.col("id").alias("n"), (F.col("id") % SUB_QUEUES).cast("string").alias("q"))
     for shards in (SHARDS, 1):
         name = f"shards_utube_4x{shards}"
         say(f"{CONSUMERS} consumers, window 1, {SUB_QUEUES} sub-queues over {shards} shard(s)")
-        fill(sq, name, queues, shards, utube=True)
+        fill(sq, name, sub_queues(spark, each), shards, utube=True)
         for key, value in drain_together(root, name, CONSUMERS, shards, batch,
-                                         warmup).items():
+                                         warmup, "utubettl").items():
             figures[f"{name}_{key}"] = value
             say(f"  {name}_{key}: {value:.3f}")
     figures["shards_utube_4_shards_over_1_ratio"] = (
         figures["shards_utube_4x4_tasks_per_s"] / figures["shards_utube_4x1_tasks_per_s"])
+    if cores_rows and len(os.sched_getaffinity(0)) >= 2:
+        figures.update(bench_cores(spark, sq, root, cores_rows, batch, warmup, say))
+    return figures
+
+
+def bench_cores(spark: Any, sq: sparkqueue.Queue, root: str, rows: int, batch: int,
+                warmup: int, say: Any) -> dict[str, float]:
+    """One consumer on one core against two consumers on a core each, on a tube of
+    ``SHARDS`` shards: how the drain grows with cores."""
+    figures: dict[str, float] = {}
+    for count in (1, 2):
+        name = f"shards_cores_{count}"
+        say(f"{count} consumer(s), each held to a core of its own, draining {rows} tasks")
+        fill(sq, name, payload(spark, rows).localCheckpoint(eager=True), SHARDS)
+        for key, value in drain_together(root, name, count, SHARDS, batch, warmup,
+                                         pinned=True).items():
+            figures[f"{name}_{key}"] = value
+            say(f"  {name}_{key}: {value:.3f}")
+    figures["shards_cores_2_over_1_ratio"] = (
+        figures["shards_cores_2_tasks_per_s"] / figures["shards_cores_1_tasks_per_s"])
     return figures
 
 
@@ -207,6 +257,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--utube-each", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=10_000,
                         help="tasks each consumer drains from a tube of its own first")
+    parser.add_argument("--cores-rows", type=int, default=100_000,
+                        help="tasks of the drains by consumers held to a core each (0: none)")
+    parser.add_argument("--driver", default="fifottl", help="the tube's driver (internal)")
+    parser.add_argument("--cpu", type=int, default=None,
+                        help="the core the consumer runs on (internal)")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if args.worker:
@@ -216,7 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-shards-")
         figures = bench_shards(spark, f"{root}/queues", args.rows, args.batch,
                                args.utube_each, args.warmup,
-                               lambda line: print(line, flush=True), args.single_rows)
+                               lambda line: print(line, flush=True), args.single_rows,
+                               args.cores_rows)
         for key, value in figures.items():
             print(f"  {key:<44} {value:.3f}")
         spark.stop()

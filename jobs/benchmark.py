@@ -39,8 +39,9 @@ a one-row MERGE plus a one-row UPDATE.
 The shards section (jobs/bench_shards.py) runs four consumers, each a Spark
 application of its own, on a four-shard tube against one consumer, and
 against four on a tube of one shard (--shard-single-rows tasks, as it drains
-far more slowly): tasks per second and conflicts per take; and the same for
-sub-queues taken with window 1.
+far more slowly): tasks per second and conflicts per take; the same for
+sub-queues taken with window 1; and one consumer held to one core against two
+held to a core each (--shard-cores-rows tasks): how the drain grows with cores.
 
 The s3 section (jobs/bench_s3.py) runs take(1,000) and a Consumer drain on a
 local S3-compatible server (versitygw, started for it) beside a local folder,
@@ -281,6 +282,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="tasks per sub-queue in the shards section's utube drains")
     parser.add_argument("--shard-warmup", type=int, default=10_000,
                         help="tasks each consumer of the shards section drains first")
+    parser.add_argument("--shard-cores-rows", type=int, default=100_000,
+                        help="tasks of the shards section's drains by consumers held to "
+                             "a core each (0: none)")
     parser.add_argument("--e2e-big-rows", type=int, default=5_000_000,
                         help="tasks of the end-to-end section's big drains (0: none)")
     parser.add_argument("--e2e-big-batch", type=int, default=1_000_000)
@@ -356,7 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"shards: consumers in Spark applications of their own, {args.shard_rows} tasks")
         figures.update(bench_shards(spark, f"{root}/shards", args.shard_rows,
                                     args.shard_batch, args.utube_each, args.shard_warmup, say,
-                                    args.shard_single_rows))
+                                    args.shard_single_rows, args.shard_cores_rows))
 
     if "s3" in sections:
         say(f"s3: a local S3 server beside a local folder, {args.s3_rows} tasks")

@@ -120,7 +120,7 @@ def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
     commit = Accelerator.commit_ingest
     raced: list[int] = []
 
-    def ingest_first(self: Accelerator, *args: Any, **kwargs: Any) -> int:
+    def ingest_first(self: Accelerator, *args: Any, **kwargs: Any) -> tuple[int, Any]:
         if not raced:
             ingest(other.context)
             raced.append(1)

@@ -263,3 +263,27 @@ def test_a_window_of_two_leases_two_heads_of_each_free_sub_queue_in_one_commit(
     assert ids(t.take(10, window=2, owner="other")) == [], "every sub-queue is busy"
     t.ack(batch)
     assert ids(t.take(10, window=2)) == [q["a"][2], q["c"][2]]
+
+
+def test_a_take_of_new_puts_writes_its_heads_apart_so_their_ack_removes_whole_files(
+        sq: Queue) -> None:
+    """The first take of a new tube ingests its puts and leases in one commit; the
+    heads chosen (not a run of ids: each sub-queue's tasks were put together) go
+    into files of their own, so the ack is a DELETE of whole files, not a MERGE."""
+    t = sq.create_tube("fresh_heads", "utube")
+    put = t.put([{"q": q, "i": i} for q in "abc" for i in range(3)], utube=F.col("q"))
+    first = {q: min(r["task_id"] for r in put.collect() if r["data"]["q"] == q) for q in "abc"}
+    path = t.context.layout.tasks("fresh_heads")
+    before = t.context.layout.latest_version(path)
+    batch = t.take(3)
+    assert ids(batch) == sorted(first.values())
+    assert [op for _, op in operations(t, before)] == ["ingest+take"]
+    leased = [f for f in files_of(t) if f[0] == "taken"]
+    assert leased and all(f[1] == "taken" for f in leased), "the heads are files of their own"
+    assert sum(hi - lo + 1 for _, _, lo, hi in leased) > 3, "their ids are not a run"
+
+    before = t.context.layout.latest_version(path)
+    assert ids(t.ack(batch)) == ids(batch)
+    assert operations(t, before) == [("DELETE", "ack")], "removed whole"
+    assert ids(t.take(3)) == sorted(v + 1 for v in first.values())
+    assert t.statistics()["tasks"]["ready"] == 3

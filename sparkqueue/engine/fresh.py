@@ -152,12 +152,16 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             run = id_run(lo, hi, ctx.shards, count)
             rows, changes = with_lease(spans, pending, chosen if run is None else (lo, hi),
                                        action_set(take, tag, lease_context(now, who)))
-        version = accelerator.commit_ingest(txn, ctx.key, cursor, after, rows, changes, tag,
-                                            {name: files[name] for name in acked})
+        version, written = accelerator.commit_ingest(txn, ctx.key, cursor, after, rows,
+                                                     changes, tag,
+                                                     {name: files[name] for name in acked})
     if after.version >= upto:
         ctx.ingested_upto = upto
     if picked is None:  # (never with acks: they go only with a take's known head)
         return None
+    if run is None and n <= COLLECT_UPTO:  # chosen: the collected ids (no Spark job)
+        run = noting_leased(ctx, written, count,
+                            sorted(int(r["task_id"]) for r in chosen.collect()))
     return leased_result(ctx, version, tag.token, (lo, hi), run, acking if acked else None)
 
 
@@ -184,12 +188,13 @@ def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tup
     ``pending``) with the take's SET (``action``) on the ``chosen`` rows, and
     the change feed's rows.
 
-    ``chosen`` is the leased ids' range when they are a run of ids: the rows
-    of a run of puts below, within and above it are then written apart, so
-    the leased ones fill files of their own (as :func:`take_files` writes
-    them) and their ack removes whole files. Otherwise it is the chosen rows,
-    joined. The feed comes in one pass over the puts: each put's insert, and
-    a taken one's post-image. No pre-image: it would repeat the insert, a
+    ``chosen`` is the leased ids' range when they are a run of ids, or else
+    the chosen rows, joined. Either way the leased rows of each run of puts
+    are written apart from the others (for a range, the rows below, within
+    and above it), so that they fill files of their own (as
+    :func:`take_files` writes them) and their ack removes whole files. The
+    feed comes in one pass over the puts: each put's insert, and a taken
+    one's post-image. No pre-image: it would repeat the insert, a
     state no version held, and changes() reads inserts and post-images only.
     """
     columns = pending.columns
@@ -209,8 +214,11 @@ def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tup
             if c in action else c for c in columns], *extra)
 
     def pieces(frame: DataFrame, first: int, end: int) -> list[DataFrame]:
-        """The run's rows, cut where the leased range begins and ends within it."""
-        if not isinstance(chosen, tuple) or chosen[1] < first or chosen[0] >= end:
+        """The run's rows, marked, cut where the leased ones begin and end within it."""
+        frame = marked(frame)
+        if not isinstance(chosen, tuple):
+            return [frame.where("arg_take"), frame.where("arg_take IS NULL")]
+        if chosen[1] < first or chosen[0] >= end:
             return [frame]
         lo, hi = chosen
         cuts = [f"task_id BETWEEN {lo} AND {hi}"]
@@ -220,7 +228,7 @@ def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tup
             cuts.append(f"task_id > {hi}")
         return [frame.where(cut) for cut in cuts]
 
-    rows = [with_take(marked(piece), "t.arg_take")
+    rows = [with_take(piece, "t.arg_take")
             for run in spans for piece in pieces(run.rows, run.first, run.end)]
     changes = with_take(marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
         "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
@@ -240,3 +248,40 @@ def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, i
     note_taken_ids(result, run)
     ctx.emit(result, "take")
     return result
+
+
+def noting_leased(ctx: TubeContext, written: list[dict[str, Any]], count: int,
+                  ids: list[int] | None = None) -> list[int] | None:
+    """The ids a take that wrote its leased tasks apart leased (:func:`leased_run`),
+    and, when it chose them by id (``ids``, sorted), the files that hold them
+    written down for their ack (:meth:`Layout.note_leased`), since their ids
+    need not be a run that the files' statistics show."""
+    run = leased_run(written, count, ctx.shards, ids)
+    if run is not None and ids is not None:
+        ctx.layout.note_leased(ctx.layout.tasks(ctx.key),
+                               [f["name"] for f in written if all_taken(f)], run)
+    return run
+
+
+def leased_run(written: list[dict[str, Any]], count: int, step: int,
+               ids: list[int] | None = None) -> list[int] | None:
+    """The ids a file-rewriting take leased (``count`` tasks), from the statistics of
+    the files it wrote (``written``), when they show them: the files whose rows
+    are all ``taken`` (the leased tasks, written apart from the others) hold
+    ``count`` rows, ids a run ``step`` apart, or the ``ids`` it chose. None
+    otherwise."""
+    leased = [f for f in written if all_taken(f)]
+    if not leased or sum(f["rows"] for f in leased) != count:
+        return None
+    lo, hi = min(f["min_task_id"] for f in leased), max(f["max_task_id"] for f in leased)
+    if ids is not None:
+        return ids if (lo, hi) == (ids[0], ids[-1]) and len(ids) == count else None
+    return id_run(lo, hi, step, count)
+
+
+def all_taken(f: dict[str, Any]) -> bool:
+    """Whether a written file's statistics show every row of it ``taken`` (a take's
+    leased tasks, written apart from the others), with its row count and ids'
+    bounds known."""
+    return bool(f["min_status"] == "taken" == f["max_status"] and f["rows"] is not None
+                and f["min_task_id"] is not None)

@@ -16,7 +16,7 @@ from .. import store as st
 from ..drivers.base import ORDER
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .fresh import leased_result, take_fresh
+from .fresh import leased_result, noting_leased, take_fresh
 from .ingest import empty, ingest, live_tasks
 from .ops import (
     COLLECT_UPTO,
@@ -25,7 +25,6 @@ from .ops import (
     action_set,
     apply,
     expiry_counts,
-    id_run,
     lease_context,
 )
 
@@ -218,9 +217,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
                       else leasing_ids(rows, take, tag, plan.ids, ctx.shards, who, now))
             version, written = accelerator.replace_files(
                 txn, files, plan.names + acked, leased, tag, file_rows(n))
-        run = leased_run(written, plan.leases, ctx.shards, plan.ids)
-        if run is not None and plan.ids is not None:  # not a run: their ack needs to know
-            layout.note_leased(path, [f["name"] for f in written if all_taken(f)], run)
+        run = noting_leased(ctx, written, plan.leases, plan.ids)
         return leased_result(ctx, version, tag.token, (plan.lo, plan.hi), run, acking)
 
     return ctx.guarded(lambda: st.retrying(
@@ -316,30 +313,6 @@ def holds_any(f: dict[str, Any], ids: list[int]) -> bool:
         return True
     at = bisect.bisect_left(ids, lo)
     return at < len(ids) and ids[at] <= hi
-
-
-def leased_run(written: list[dict[str, Any]], count: int, step: int,
-               ids: list[int] | None = None) -> list[int] | None:
-    """The ids a file-rewriting take leased (``count`` tasks), from the statistics of
-    the files it wrote (``written``), when they show them: the files whose rows
-    are all ``taken`` (the leased tasks, written apart from the others) hold
-    ``count`` rows, ids a run ``step`` apart, or the ``ids`` it chose. None
-    otherwise."""
-    leased = [f for f in written if all_taken(f)]
-    if not leased or sum(f["rows"] for f in leased) != count:
-        return None
-    lo, hi = min(f["min_task_id"] for f in leased), max(f["max_task_id"] for f in leased)
-    if ids is not None:
-        return ids if (lo, hi) == (ids[0], ids[-1]) and len(ids) == count else None
-    return id_run(lo, hi, step, count)
-
-
-def all_taken(f: dict[str, Any]) -> bool:
-    """Whether a written file's statistics show every row of it ``taken`` (a take's
-    leased tasks, written apart from the others), with its row count and ids'
-    bounds known."""
-    return bool(f["min_status"] == "taken" == f["max_status"] and f["rows"] is not None
-                and f["min_task_id"] is not None)
 
 
 def file_rows(n: int) -> int:

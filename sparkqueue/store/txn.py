@@ -75,13 +75,15 @@ class Accelerator:
 
     def commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
                       runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag,
-                      removed: dict[str, dict[str, Any]] | None = None) -> int:
+                      removed: dict[str, dict[str, Any]] | None = None,
+                      ) -> tuple[int, list[dict[str, Any]]]:
         """Commit in ``txn`` (see :meth:`reading_all`) the ingest of ``runs`` (task
-        rows, each a run of consecutive ids, written side by side as
-        :func:`ingest_frame` lays them out) from ``since`` to ``cursor``, some
-        maybe already changed by the same commit (then ``changes``: its change
-        feed rows, with ``_change_type``, written when the table keeps a change
-        feed); the version committed. On a table with no payload column yet
+        rows, each written apart as :func:`ingest_frame` lays them out) from
+        ``since`` to ``cursor``, some maybe already changed by the same commit
+        (then ``changes``: its change feed rows, with ``_change_type``, written
+        when the table keeps a change feed); the version committed, and the
+        statistics of the files written (as :meth:`replace_files` gives them).
+        On a table with no payload column yet
         (a new tube), the commit adds the rows' payload column, every part of
         it nullable, as an append with ``mergeSchema`` would.
 
@@ -108,21 +110,29 @@ class Accelerator:
             # one write: Delta sends the rows with a change type to the change feed's files
             frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
                 changes, allowMissingColumns=True)
-        self._write(txn, frame, schema.TASK_FILE_ROWS, actions)
+        written = self._write(txn, frame, schema.TASK_FILE_ROWS, actions)
         for name, file in (removed or {}).items():
             actions.add(self._removal(name, file))
-        return self._commit_actions(txn, actions, tag, appended=True)
+        return self._commit_actions(txn, actions, tag, appended=True), written
 
     @staticmethod
-    def _write(txn: Any, frame: DataFrame, file_rows: int, actions: Any) -> None:
+    def _write(txn: Any, frame: DataFrame, file_rows: int, actions: Any,
+               ) -> list[dict[str, Any]]:
         """Write ``frame`` in ``txn`` in files of at most ``file_rows`` rows, adding the
-        ``add`` actions to ``actions``. The size is a session setting (Delta's
-        ``writeFiles`` takes no options), set for this write only: the writer
+        ``add`` actions to ``actions``; the written data files' statistics
+        (``stats_of``, and ``name``; not the change feed's files). The size
+        is a session setting (Delta's ``writeFiles`` takes no options), set
+        for this write only: the writer
         session's later MERGEs and UPDATEs write as they would have."""
+        written = []
         with settings(frame.sparkSession, {"spark.sql.files.maxRecordsPerFile": str(file_rows)}):
-            written = txn.writeFiles(frame._jdf).iterator()
-            while written.hasNext():
-                actions.add(written.next())
+            adds = txn.writeFiles(frame._jdf).iterator()
+            while adds.hasNext():
+                add = adds.next()
+                actions.add(add)
+                if add.getClass().getSimpleName() == "AddFile":
+                    written.append({**stats_of(add.stats()), "name": add.path()})
+        return written
 
     def rewrite_files(self, path: str, names: list[str]) -> int:
         """Rewrite the data files ``names`` of the table at ``path`` into one, changing no data.
@@ -292,9 +302,7 @@ class Accelerator:
         these files (changed a row of it) makes this one conflict.
         """
         actions = self.jvm.java.util.ArrayList()
-        self._write(txn, rows, file_rows, actions)
-        written = [{**stats_of(actions.get(i).stats()), "name": actions.get(i).path()}
-                   for i in range(actions.size())]
+        written = self._write(txn, rows, file_rows, actions)
         for name in removed:
             actions.add(self._removal(name, files[name]))
         return self._commit_actions(txn, actions, tag, updated=True), written

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from sparkqueue.engine.fresh import leased_run
 from sparkqueue.engine.ops import id_run
-from sparkqueue.engine.take import leased_run
 
 
 def written(status: str, lo: int, hi: int, rows: int) -> dict[str, Any]:
