@@ -23,6 +23,7 @@ from .ops import (
     lease_context,
     note_taken_ids,
     pick,
+    with_action,
 )
 
 __all__ = ["take_fresh", "leased_result"]
@@ -207,12 +208,6 @@ def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tup
         return frame.join(F.broadcast(chosen.select(
             "task_id", F.lit(True).alias("arg_take"))), "task_id", "left")
 
-    def with_take(frame: DataFrame, where: str, *extra: str) -> DataFrame:
-        """``frame``'s task columns, with the take's SET where ``where``."""
-        return frame.alias("t").selectExpr(*[
-            f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}"
-            if c in action else c for c in columns], *extra)
-
     def pieces(frame: DataFrame, first: int, end: int) -> list[DataFrame]:
         """The run's rows, marked, cut where the leased ones begin and end within it."""
         frame = marked(frame)
@@ -228,12 +223,13 @@ def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tup
             cuts.append(f"task_id > {hi}")
         return [frame.where(cut) for cut in cuts]
 
-    rows = [with_take(piece, "t.arg_take")
+    rows = [with_action(piece, action, "t.arg_take", columns)
             for run in spans for piece in pieces(run.rows, run.first, run.end)]
-    changes = with_take(marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
+    feed = marked(pending).withColumn(st.CHANGE_TYPE, F.explode(F.expr(
         "CASE WHEN arg_take THEN array('insert', 'update_postimage') "
-        "ELSE array('insert') END"))),
-                        f"t.{st.CHANGE_TYPE} = 'update_postimage'", st.CHANGE_TYPE)
+        "ELSE array('insert') END")))
+    changes = with_action(feed, action, f"t.{st.CHANGE_TYPE} = 'update_postimage'", columns,
+                          st.CHANGE_TYPE)
     return rows, changes
 
 

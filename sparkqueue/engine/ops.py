@@ -332,6 +332,20 @@ def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str]
     return action
 
 
+def with_action(rows: DataFrame, action: dict[str, str], where: str | None = None,
+                columns: list[str] | None = None, *extra: str) -> DataFrame:
+    """The task ``columns`` of ``rows`` (aliased ``t`` for the SET; default every
+    column of the tasks table) with an updating op's SET (:func:`action_set`):
+    on every row, or on those where the SQL ``where`` holds; then ``extra``."""
+    def value(c: str) -> str:
+        if c not in action:
+            return c
+        return (f"{action[c]} AS {c}" if where is None
+                else f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}")
+    return rows.alias("t").selectExpr(*[value(c) for c in columns or st.TASK_TABLE_COLUMNS],
+                                      *extra)
+
+
 def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
               acking: list[int] | None = None) -> DataFrame:
     """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.

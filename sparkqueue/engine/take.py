@@ -14,6 +14,7 @@ from pyspark.sql.window import Window
 
 from .. import store as st
 from ..drivers.base import ORDER
+from ..drivers.utube import UtubeDriver
 from ..store import CommitTag, effective_status
 from .context import TubeContext
 from .fresh import leased_result, noting_leased, take_fresh
@@ -26,6 +27,7 @@ from .ops import (
     apply,
     expiry_counts,
     lease_context,
+    with_action,
 )
 
 
@@ -258,7 +260,7 @@ def sub_queue_plan(ctx: TubeContext, sess: SparkSession, files: dict[str, dict[s
     path = ctx.layout.tasks(ctx.key)
     if ctx.layout.task_file_schema(path, sess) is None:
         return None
-    many = sum(kept[name]["rows"] or 0 for name in ready) > st.schema.HEAD_READ_ROWS
+    many = sum(kept[name]["rows"] for name in ready) > st.schema.HEAD_READ_ROWS
     key = st.head_key(kept.values(), now, n) if many else None
     if key is not None:
         plan = choose_heads(ctx, sess, kept, ready, n, win, now, key)
@@ -274,15 +276,21 @@ def choose_heads(ctx: TubeContext, sess: SparkSession, files: dict[str, dict[str
     ready task; only those that reach ``key`` when given, and only their rows
     at or below it) and of the ``files`` that may hold a lease (busy
     sub-queues), in one query, checked against those rows: every chosen task
-    ready, its sub-queue without a live lease. None when it is not so."""
+    ready, its sub-queue without a live lease. None when it is not so.
+    sparkqueue's own choice (:meth:`UtubeDriver.choose`) passes over busy
+    sub-queues by itself, so for it the query does not check again."""
     near = [name for name in ready if key is None or st.reaches(files[name], key)]
     held = [name for name, f in files.items() if name not in near and st.may_hold(f, "taken")]
     rows = ctx.layout.read_task_files(ctx.layout.tasks(ctx.key), near + held, sess)
     live = near_head(rows.where("task_id >= 0"), now, None if key is None else st.bound_sql(key))
-    busy = (live.where("eff = 'taken'").select(F.col("utube").alias("busy_utube")).distinct()
-            .withColumn("busy", F.lit(True)))
-    chosen = (live.join(ctx.driver.choose(live, n, win).select("task_id"), "task_id", "left_semi")
-              .join(busy, F.col("utube").eqNullSafe(F.col("busy_utube")), "left"))
+    chosen = ctx.driver.choose(live, n, win)
+    if type(ctx.driver).choose is UtubeDriver.choose:
+        chosen = chosen.withColumn("busy", F.lit(False))
+    else:  # a driver's own: its rows from ``live``, and whether their sub-queues are busy
+        busy = (live.where("eff = 'taken'").select(F.col("utube").alias("busy_utube"))
+                .distinct().withColumn("busy", F.lit(True)))
+        chosen = (live.join(chosen.select("task_id"), "task_id", "left_semi")
+                  .join(busy, F.col("utube").eqNullSafe(F.col("busy_utube")), "left"))
     picked = sorted((int(r["task_id"]), r["status"], r["eff"], r["busy"]) for r in
                     chosen.select("task_id", "status", "eff", "busy").collect())
     if any(eff != "ready" or busy for _, _, eff, busy in picked):
@@ -354,12 +362,6 @@ def leasing_ids(rows: DataFrame, take: Op, tag: CommitTag, ids: list[int], step:
     return (with_action(st.with_ids(rows, ids, rows.sparkSession, step), action)
             .unionByName(st.without_ids(rows, ids, rows.sparkSession, step)
                          .select(*st.TASK_TABLE_COLUMNS)))
-
-
-def with_action(rows: DataFrame, action: dict[str, str]) -> DataFrame:
-    """The task columns of ``rows`` (aliased ``t`` for the SET) with a take's SET."""
-    return rows.alias("t").selectExpr(*[
-        f"{action[c]} AS {c}" if c in action else c for c in st.TASK_TABLE_COLUMNS])
 
 
 def overlaps(ids: tuple[int, int], acking: list[int] | None) -> bool:
