@@ -23,7 +23,6 @@ from .ops import (
     lease_context,
     note_taken_ids,
     pick,
-    with_action,
 )
 
 __all__ = ["take_fresh", "leased_result"]
@@ -147,7 +146,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         rows = [run.rows for run in spans]
         changes = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
         if picked is not None:
-            chosen, lo, hi, counts, count = picked
+            chosen, lo, hi, counts, count, chosen_ids = picked
             tag = tag.adding(**counts, take=count)
             sess.conf.set(st.USER_METADATA, tag.json())
             run = id_run(lo, hi, ctx.shards, count)
@@ -160,9 +159,8 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         ctx.ingested_upto = upto
     if picked is None:  # (never with acks: they go only with a take's known head)
         return None
-    if run is None and n <= COLLECT_UPTO:  # chosen: the collected ids (no Spark job)
-        run = noting_leased(ctx, written, count,
-                            sorted(int(r["task_id"]) for r in chosen.collect()))
+    if run is None and chosen_ids:  # chosen by id: their ack needs to know their files
+        run = noting_leased(ctx, written, count, chosen_ids)
     return leased_result(ctx, version, tag.token, (lo, hi), run, acking if acked else None)
 
 
@@ -231,6 +229,20 @@ def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tup
     changes = with_action(feed, action, f"t.{st.CHANGE_TYPE} = 'update_postimage'", columns,
                           st.CHANGE_TYPE)
     return rows, changes
+
+
+def with_action(rows: DataFrame, action: dict[str, str], where: str | None = None,
+                columns: list[str] | None = None, *extra: str) -> DataFrame:
+    """The task ``columns`` of ``rows`` (aliased ``t`` for the SET; default every
+    column of the tasks table) with an updating op's SET (:func:`action_set`):
+    on every row, or on those where the SQL ``where`` holds; then ``extra``."""
+    def value(c: str) -> str:
+        if c not in action:
+            return c
+        return (f"{action[c]} AS {c}" if where is None
+                else f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}")
+    return rows.alias("t").selectExpr(*[value(c) for c in columns or st.TASK_TABLE_COLUMNS],
+                                      *extra)
 
 
 def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, int],

@@ -7,7 +7,7 @@ import uuid
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -177,7 +177,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
                     ["task_id long"] + [f"{k} string" for k in keep]))
                 lo, hi, counts = acking[0], acking[-1], dict[str, int]()
             else:
-                base, lo, hi, counts, chosen_count = picked
+                base, lo, hi, counts, chosen_count, _ = picked
                 if (op.by_range and not acking and not op.exclusive and not counts
                     and chosen_count == (hi - lo) // ctx.shards + 1):
                     version, updated = update_range(ctx, sess, op, lo, hi, who, tag, now,
@@ -332,20 +332,6 @@ def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str]
     return action
 
 
-def with_action(rows: DataFrame, action: dict[str, str], where: str | None = None,
-                columns: list[str] | None = None, *extra: str) -> DataFrame:
-    """The task ``columns`` of ``rows`` (aliased ``t`` for the SET; default every
-    column of the tasks table) with an updating op's SET (:func:`action_set`):
-    on every row, or on those where the SQL ``where`` holds; then ``extra``."""
-    def value(c: str) -> str:
-        if c not in action:
-            return c
-        return (f"{action[c]} AS {c}" if where is None
-                else f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}")
-    return rows.alias("t").selectExpr(*[value(c) for c in columns or st.TASK_TABLE_COLUMNS],
-                                      *extra)
-
-
 def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
               acking: list[int] | None = None) -> DataFrame:
     """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.
@@ -370,10 +356,20 @@ def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
     return flagged.select("task_id", F.coalesce("arg_busy", F.lit(False)).alias("arg_busy"))
 
 
+class Picked(NamedTuple):
+    """:func:`pick`'s answer; ``ids``: the ids, sorted, when they came to the driver."""
+
+    frame: DataFrame
+    lo: int
+    hi: int
+    counts: dict[str, int]
+    total: int
+    ids: list[int] | None = None
+
+
 def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
          chooser: Callable[[float], Chosen] | None, collect_upto: int,
-         keep: list[str] | None = None, step: int = 1,
-         ) -> tuple[DataFrame, int, int, dict[str, int], int] | None:
+         keep: list[str] | None = None, step: int = 1) -> Picked | None:
     """The ids a MERGE (or range UPDATE) changes, their bounds, how many were
     stored taken/delayed, and how many they are.
 
@@ -385,7 +381,7 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
     if isinstance(ids, list):  # validated, sorted, distinct: no Spark job needed
         if not ids:
             return None
-        return st.id_frame(sess, ids, step), ids[0], ids[-1], {}, len(ids)
+        return Picked(st.id_frame(sess, ids, step), ids[0], ids[-1], {}, len(ids), ids)
     if chooser is not None:
         chosen = chooser(now)
         if chosen is None:  # nothing can be chosen
@@ -393,7 +389,7 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
         if isinstance(chosen, tuple):  # every id of a range
             lo, hi = chosen
             frame = sess.range(lo, hi + 1, step).select(F.col("id").alias("task_id"))
-            return frame, lo, hi, {}, (hi - lo) // step + 1
+            return Picked(frame, lo, hi, {}, (hi - lo) // step + 1)
         frame = chosen.select("task_id", "status", *keep)
     else:
         assert ids is not None
@@ -407,8 +403,9 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
         chosen = sess.createDataFrame(
             [(int(r["task_id"]), *[r[k] for k in keep]) for r in rows],
             frame.select("task_id", *keep).schema)
-        return (chosen, int(rows[0]["task_id"]), int(rows[-1]["task_id"]),
-                expiry_counts([r["status"] for r in rows]), len(rows))
+        ids = [int(r["task_id"]) for r in rows]
+        return Picked(chosen, ids[0], ids[-1], expiry_counts([r["status"] for r in rows]),
+                      len(ids), ids)
     base = frame.localCheckpoint(eager=True)
     stats = base.agg(
         F.count("*"), F.min("task_id"), F.max("task_id"),
@@ -417,7 +414,8 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
     if stats is None or not stats[0]:
         return None
     counts = {k: int(v) for k, v in zip(EXPIRY_COUNTS, stats[3:], strict=True) if v}
-    return base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts, int(stats[0])
+    return Picked(base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts,
+                  int(stats[0]))
 
 
 def expiry_counts(stored: list[str | None]) -> dict[str, int]:

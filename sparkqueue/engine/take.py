@@ -17,7 +17,7 @@ from ..drivers.base import ORDER
 from ..drivers.utube import UtubeDriver
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .fresh import leased_result, noting_leased, take_fresh
+from .fresh import leased_result, noting_leased, take_fresh, with_action
 from .ingest import empty, ingest, live_tasks
 from .ops import (
     COLLECT_UPTO,
@@ -27,7 +27,6 @@ from .ops import (
     apply,
     expiry_counts,
     lease_context,
-    with_action,
 )
 
 
