@@ -24,8 +24,9 @@ from .conftest import ids
 
 
 def operations(t: Tube, after: int) -> list[tuple[str, str]]:
-    """(Delta operation, sparkqueue op) of the tasks table's commits after ``after``."""
-    log = Path(t.context.layout.tasks(t.name)) / "_delta_log"
+    """(Delta operation, sparkqueue op) of the tasks table's commits after ``after``
+    (a shard's, for a part of a sharded tube)."""
+    log = Path(t.context.layout.tasks(t.context.key)) / "_delta_log"
     out = []
     for f in sorted(log.glob("*.json")):
         if int(f.stem) > after:

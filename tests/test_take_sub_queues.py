@@ -287,3 +287,24 @@ def test_a_take_of_new_puts_writes_its_heads_apart_so_their_ack_removes_whole_fi
     assert operations(t, before) == [("DELETE", "ack")], "removed whole"
     assert ids(t.take(3)) == sorted(v + 1 for v in first.values())
     assert t.statistics()["tasks"]["ready"] == 3
+
+
+def test_a_shards_sub_queue_takes_and_acks_go_the_one_shard_ways(sq: Queue) -> None:
+    """On a sharded utube tube each take is one shard's, as on a tube of one shard:
+    the first ingests and leases in one commit, the next rewrites the files that
+    hold the heads (not a MERGE), and their acks remove whole files."""
+    t = sq.create_tube("sharded_heads", "utube", shards=2)
+    t.put([{"q": q, "i": i} for q in "abcdef" for i in range(2)], utube=F.col("q"))
+    seen: list[list[str]] = []
+    for _ in range(2):
+        befores = [p.context.layout.latest_version(p.context.layout.tasks(p.context.key))
+                   for p in t.parts]
+        batch = t.take(6)
+        got = batch.collect()
+        assert got and len({r["task_id"] % 2 for r in got}) == 1, "one shard's heads"
+        assert len({r["utube"] for r in got}) == len(got), "one head a sub-queue"
+        part = t.parts[got[0]["task_id"] % 2]
+        t.ack(batch)
+        seen.append([op for _, op in operations(part, befores[got[0]["task_id"] % 2])])
+        assert operations(part, befores[got[0]["task_id"] % 2])[-1] == ("DELETE", "ack")
+    assert seen == [["ingest+take", "ack"], ["take", "ack"]]
