@@ -139,14 +139,16 @@ def feed_start(spark: SparkSession, ref: str) -> int:
 
 
 def ingest_frame(runs: list[DataFrame], cursor: Cursor) -> DataFrame:
-    """``runs`` (ingested tasks, each a run of consecutive ids) laid out for the tasks
-    table, with the marker of ``cursor`` (its version, next id and partial rows
-    in ``inbox_version``, ``order_key`` and ``taken_count``; ``task_id`` below
+    """``runs`` (ingested tasks, each a run of consecutive ids, or a take's chosen
+    rows of such a run and the rest of it) laid out for the tasks table, with
+    the marker of ``cursor`` (its version, next id and partial rows in
+    ``inbox_version``, ``order_key`` and ``taken_count``; ``task_id`` below
     every earlier marker's: ``-1 - cursor.txn_version()``).
 
-    One writer per run, ids in order: each run's files hold consecutive ids,
-    schema.TASK_FILE_ROWS each from the run's first, and the marker a file
-    of its own. A take of whole such files then leaves files of its tasks
+    One writer per run, ids in order: each run's files hold its ids in order,
+    schema.TASK_FILE_ROWS each from the run's first (consecutive ids, but
+    for the two parts of a run a take chose rows of by id, which interleave),
+    and the marker a file of its own. A take of whole such files then leaves files of its tasks
     only, which its ack removes whole; a writer fed rows of several runs
     would write files spanning the ids between them, which file statistics
     could no longer place in order. Runs are written side by side, one task
