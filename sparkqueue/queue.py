@@ -292,7 +292,8 @@ class Queue:
         context = TubeContext(
             name=name, type=type_name, driver=driver_cls(options), options=dict(options),
             layout=self._layout, spark=self.spark, clock=self.clock, config=self.config,
-            owner=self._owner, emit=emit, registered=self.tubes)
+            owner=self._owner, emit=emit, registered=self.tubes,
+            listening=lambda: name in self._callbacks)
         contexts = shard_contexts(context)
         if len(contexts) == 1:
             return Tube(context, self._callbacks, self._drop)

@@ -29,8 +29,10 @@ class TubeContext:
     events go; and what this process has learned of it (kept between calls).
 
     ``emit(tasks, event)`` hands a committed change to the tube's
-    ``on_task_change`` callback; ``registered()`` lists the tubes of the root
-    (an error for a missing table says whether the tube was dropped).
+    ``on_task_change`` callback, and ``listening()`` says whether it has one
+    (so that a change no one reads is not built); ``registered()`` lists the
+    tubes of the root (an error for a missing table says whether the tube was
+    dropped).
     """
 
     name: str
@@ -44,6 +46,7 @@ class TubeContext:
     owner: str
     emit: Callable[[DataFrame, str], None]
     registered: Callable[[], list[str]]
+    listening: Callable[[], bool] = lambda: True
     #: the newest inbox version known to be ingested (by this process or another)
     ingested_upto: int = -1
     #: per table path: (version read up to, call counts), see ``stats.logged_calls``

@@ -250,7 +250,7 @@ def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, i
     """A take's result: the tasks its commit ``version`` (tagged ``token``) leased, ids
     within ``span`` (``run``: them, where known), with their ``on_task_change``
     events sent, after those of the ``acking`` ids the same commit acked."""
-    if acking:
+    if acking and ctx.listening():  # (an ack's own call reads them as its result)
         ctx.emit(acked_rows(ctx, version, token, acking), "ack")
     result = ctx.layout.changed_at(ctx.key, version, token, *span).select(*st.PUBLIC_COLUMNS)
     note_taken_ids(result, run)

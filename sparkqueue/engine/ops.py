@@ -205,7 +205,8 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
             removable=chosen if op.action is None or op.delete_when else None,
         ).select(*st.PUBLIC_COLUMNS)
         if acks is not None and acking:
-            ctx.emit(acked_rows(ctx, version, tag.token, acking), "ack")
+            if ctx.listening():
+                ctx.emit(acked_rows(ctx, version, tag.token, acking), "ack")
             if picked is None:
                 return None
         return changes, counts

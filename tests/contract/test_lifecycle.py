@@ -250,3 +250,17 @@ def test_on_task_change_events(tube: Tube) -> None:
     assert tube.on_task_change() is record
     tube.put({"n": 3})
     assert len(seen) == 6
+
+
+def test_a_consumers_acks_that_ride_with_its_takes_are_events_too(tube: Tube) -> None:
+    seen: dict[str, int] = {}
+
+    def record(df: object, event: str) -> None:
+        seen[event] = seen.get(event, 0) + df.count()  # type: ignore[attr-defined]
+
+    tube.on_task_change(record)
+    tube.put([{"n": i} for i in range(4)])
+    progress = sparkqueue.Consumer(tube, lambda batch: None, batch_size=2, take_timeout=0,
+                                   idle_timeout=0).run()
+    assert progress.done == 4
+    assert seen == {"put": 4, "take": 4, "ack": 4}

@@ -125,6 +125,8 @@ def test_files_known_to_hold_ids_that_are_not_a_run_are_whole_when_all_are_acked
 
 def test_id_runs_and_statistics_json() -> None:
     assert id_runs([1, 2, 3, 7, 9, 10]) == [(1, 3), (7, 7), (9, 10)]
+    assert id_runs([4, 5, 6]) == [(4, 6)] and id_runs([3, 7, 11], 4) == [(3, 11)]
+    assert id_runs([1, 3, 5], 1) == [(1, 1), (3, 3), (5, 5)] and id_runs([]) == []
     stats = stats_of(json.dumps({"numRecords": 3, "minValues": {"status": "ready",
                                                                 "ttl_end": "Infinity"}}))
     assert (stats["rows"], stats["min_status"], stats["min_ttl_end"]) == (3, "ready", math.inf)
