@@ -17,6 +17,8 @@ from sparkqueue.store import (
     stats_of,
     whole_files,
 )
+from sparkqueue.store.log import LogReader
+from sparkqueue.store.schema import LEASED_KNOWN
 from sparkqueue.store.sql import id_runs
 
 NOW = 1000.0
@@ -144,3 +146,19 @@ def test_a_shards_ids_step_by_the_shard_count() -> None:
     taken = {"a": file(1, 37, "taken", owner="me", lease=NOW + 9, rows=10)}
     assert whole_files(taken, list(range(1, 38, 4)), "me", NOW, step=4) == ["a"]
     assert whole_files(taken, list(range(1, 34, 4)), "me", NOW, step=4) is None
+
+
+def test_a_process_keeps_the_newest_leased_groups_in_mind_and_forgets_the_oldest() -> None:
+    reader = LogReader(None, "/root", None)  # type: ignore[arg-type]  # no read here
+    path = "/root/tubes/t/tasks"
+    groups = LEASED_KNOWN + 1  # one file each, of ids 4k and 4k + 2: not a run
+    files = {f"f{k}": file(4 * k, 4 * k + 2, "taken", owner="me", lease=NOW + 9, rows=2)
+             for k in range(groups)}
+    for k in range(groups):
+        reader.note_leased(path, [f"f{k}"], [4 * k, 4 * k + 2])
+    newest, oldest = groups - 1, 0
+    assert reader.whole_leased_files(path, files, [4 * newest, 4 * newest + 2], "me",
+                                     NOW) == [f"f{newest}"]
+    assert reader.whole_leased_files(path, files, [4, 6], "me", NOW) == ["f1"]
+    assert reader.whole_leased_files(path, files, [4 * oldest, 4 * oldest + 2], "me",
+                                     NOW) is None  # forgotten: its ack goes the slow way
