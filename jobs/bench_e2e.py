@@ -7,9 +7,10 @@ In one run:
   timed from the first put call to the last ack: --rows tasks put in one put,
   then ``take(batch)`` + ``ack`` until a take comes back empty (``take_ack``),
   or a ``Consumer`` (``consumer``); then, in that same process, the same drain
-  of a new tube (``warm``). Tasks per second, cold and warm, and the process's
-  session start apart. The same for --big-rows tasks in batches of --big-batch
-  (cold only).
+  of a new tube (``warm``). Tasks per second, cold and warm, the process's
+  session start apart, and the seconds the JVM's JIT compilers spent during
+  each drain (``jit_s``, on any of their threads). The same for --big-rows
+  tasks in batches of --big-batch (cold only).
 - put to takeable: in the ``take_ack`` processes, the put plus the first take
   (which ingests the put, or the part of it that it leases) less the median
   of the later takes, against a plain
@@ -50,6 +51,7 @@ def drain(sq: sparkqueue.Queue, name: str, rows: DataFrame, batch: int,
           how: str) -> dict[str, float]:
     """Put ``rows`` into a new tube and drain it; timed from the put call to the last ack."""
     tube = sq.create_tube(name, "fifottl")
+    jit = jit_seconds(rows.sparkSession)
     start = time.perf_counter()
     put_s = timed(lambda: tube.put(rows))
     takes: list[float] = []
@@ -68,13 +70,22 @@ def drain(sq: sparkqueue.Queue, name: str, rows: DataFrame, batch: int,
             done += got
     total = time.perf_counter() - start
     figures: dict[str, float] = {"s": total, "tasks": done, "tasks_per_s": done / total,
-                                 "put_s": put_s}
+                                 "put_s": put_s, "jit_s": jit_seconds(rows.sparkSession) - jit}
     if len(takes) >= 3:  # the first take ingests first; the last one found nothing
         normal = statistics.median(takes[1:-1])
         figures["first_take_s"] = takes[0]
         figures["take_s"] = normal
         figures["put_to_takeable_s"] = put_s + takes[0] - normal
     return figures
+
+
+def jit_seconds(spark: SparkSession) -> float:
+    """Seconds the driver JVM's JIT compilers have spent so far (all their threads):
+    in a new process, on a machine of few cores, the warm-up that competes with
+    the drain for them."""
+    jvm = spark._jvm  # type: ignore[attr-defined]  # a worker's session is classic
+    return float(jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
+                 .getTotalCompilationTime()) / 1000
 
 
 def worker(args: argparse.Namespace) -> dict[str, float]:
