@@ -83,7 +83,9 @@ def raise_missing(kind: str = "TaskNotFound") -> str:
 
 def id_runs(ids: list[int], step: int = 1) -> list[tuple[int, int]]:
     """``ids`` (sorted, distinct) as runs of consecutive ids, ``(first, last)`` each:
-    ids ``step`` apart (a shard's, see ``TubeContext.task_id``) are consecutive."""
+    ids ``step`` apart (a shard's, see ``TubeContext.task_id``) are consecutive.
+    With ``step`` above 1 the ids are one shard's (all equal modulo ``step``), as
+    a sharded tube routes them: then ids spanning ``(len - 1) * step`` are one run."""
     if ids and ids[-1] - ids[0] == (len(ids) - 1) * step:  # one run (a take's, mostly)
         return [(ids[0], ids[-1])]
     runs: list[tuple[int, int]] = []
