@@ -83,7 +83,8 @@ def jit_seconds(spark: SparkSession) -> float:
     """Seconds the driver JVM's JIT compilers have spent so far (all their threads):
     in a new process, on a machine of few cores, the warm-up that competes with
     the drain for them."""
-    jvm = spark._jvm  # type: ignore[attr-defined]  # a worker's session is classic
+    jvm = spark._jvm
+    assert jvm is not None  # a worker's session is classic
     return float(jvm.java.lang.management.ManagementFactory.getCompilationMXBean()
                  .getTotalCompilationTime()) / 1000
 
