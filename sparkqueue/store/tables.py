@@ -147,7 +147,7 @@ def ingest_frame(runs: list[DataFrame], cursor: Cursor) -> DataFrame:
 
     One writer per run, ids in order: each run's files hold its ids in order,
     schema.TASK_FILE_ROWS each from the run's first (consecutive ids, but
-    for the two parts of a run a take chose rows of by id, which interleave),
+    for the two parts of a run whose rows a take chose by id, which interleave),
     and the marker a file of its own. A take of whole such files then leaves files of its tasks
     only, which its ack removes whole; a writer fed rows of several runs
     would write files spanning the ids between them, which file statistics
