@@ -36,17 +36,15 @@ class UtubeDriver(Driver):
     sub_queue_heads: ClassVar[bool] = True
 
     def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
-        # Busy sub-queues are few (one per lease holder's batch): broadcast them
-        # and drop their backlog before anything is sorted, so the sort covers
-        # the ready tasks of free sub-queues only.
-        busy = (live.where("eff = 'taken'").select(F.col("utube").alias("busy_utube"))
-                .distinct())
-        ready = live.where("eff = 'ready'")
-        free = ready.join(F.broadcast(busy), ready["utube"].eqNullSafe(busy["busy_utube"]),
-                          "left_anti")
-        rank = F.row_number().over(Window.partitionBy("utube").orderBy(*ORDER))
-        return (free.withColumn("_rank", rank).where(F.col("_rank") <= window)
-                .orderBy(*ORDER).limit(n))
+        # One pass over each sub-queue's rows: whether any is taken (busy) and its
+        # ready rows' ranks, ready first. No join of the busy sub-queues, whose
+        # broadcast was a Spark job of its own before the choice's.
+        queue = Window.partitionBy("utube")
+        ready_first = queue.orderBy(F.col("eff") != "ready", *ORDER)
+        return (live.withColumn("_busy", F.max(F.col("eff") == "taken").over(queue))
+                .withColumn("_rank", F.row_number().over(ready_first))
+                .where((F.col("eff") == "ready") & ~F.col("_busy") & (F.col("_rank") <= window))
+                .drop("_busy", "_rank").orderBy(*ORDER).limit(n))
 
 
 class UtubeTtlDriver(UtubeDriver):

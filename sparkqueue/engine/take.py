@@ -275,12 +275,17 @@ def choose_heads(ctx: TubeContext, sess: SparkSession, files: dict[str, dict[str
     ready task; only those that reach ``key`` when given, and only their rows
     at or below it) and of the ``files`` that may hold a lease (busy
     sub-queues), in one query, checked against those rows: every chosen task
-    ready, its sub-queue without a live lease. None when it is not so.
+    ready, its sub-queue without a live lease. None when it is not so. Up to
+    ``schema.HEAD_READ_ROWS`` rows are read into one partition, which already
+    holds each sub-queue whole: the query runs as one Spark job, without the
+    shuffle a choice by sub-queue otherwise needs (and its job of its own).
     sparkqueue's own choice (:meth:`UtubeDriver.choose`) passes over busy
     sub-queues by itself, so for it the query does not check again."""
     near = [name for name in ready if key is None or st.reaches(files[name], key)]
     held = [name for name, f in files.items() if name not in near and st.may_hold(f, "taken")]
     rows = ctx.layout.read_task_files(ctx.layout.tasks(ctx.key), near + held, sess)
+    if sum(files[name]["rows"] for name in near + held) <= st.schema.HEAD_READ_ROWS:
+        rows = rows.coalesce(1)  # one partition holds every sub-queue whole: no shuffle
     live = near_head(rows.where("task_id >= 0"), now, None if key is None else st.bound_sql(key))
     chosen = ctx.driver.choose(live, n, win)
     if type(ctx.driver).choose is UtubeDriver.choose:
