@@ -19,6 +19,13 @@ In one run:
 - the same with sub-queues: a utubettl tube of 16 sub-queues of --utube-each
   tasks, taken with window 1 (one task per free sub-queue), four consumers,
   on four shards against one.
+- the first two again with each consumer's JVM compiling with C1 alone
+  (``-XX:TieredStopAtLevel=1``, :data:`C1_ONLY`): the optimising C2
+  compiler keeps about a core of each new JVM busy through its first few
+  hundred batches of 1,000 (the e2e section's ``jit_s`` shows its share), so
+  four new JVMs on two cores spend much of them compiling. C1's code is
+  slower: ``shards_c1_1x4`` against ``shards_1x4`` shows what that costs one
+  consumer.
 - how the drain grows with cores: one consumer held to one core (Linux's CPU
   affinity, ``local[1]``) against two consumers each held to a core of its
   own, on a four-shard tube of --cores-rows tasks (``shards_cores_2_over_1_ratio``,
@@ -61,6 +68,8 @@ SHARDS = 4
 SUB_QUEUES = 16
 #: Tasks per sub-queue of a utube consumer's warm-up tube.
 WARM_ROUNDS = 4
+#: The JVM option of the consumers of the C1 runs: the JIT's quick compiler alone.
+C1_ONLY = "-XX:TieredStopAtLevel=1"
 
 
 def sub_queues(spark: Any, each: int) -> Any:
@@ -138,13 +147,17 @@ def cpu_times() -> tuple[int, int] | None:
 
 def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
                    warmup: int, driver: str = "fifottl",
-                   pinned: bool = False) -> dict[str, float]:
+                   pinned: bool = False, jvm_options: str = "") -> dict[str, float]:
     """``count`` consumer processes draining ``tube`` at once: tasks per second from
     the go to the last one's end, conflicts retried per take, and how busy the
     machine's cores were meanwhile (``cpu_busy``, 0 to 1: a single consumer
     near 1 leaves no room for more consumers to go faster). ``pinned``: consumer
-    ``k`` runs on core ``k`` alone (``--cpu``)."""
+    ``k`` runs on core ``k`` alone (``--cpu``). ``jvm_options``: for each consumer's
+    JVM (in ``SPARK_SUBMIT_OPTS``, which spark-submit gives it)."""
     work = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-shards-"))
+    env = dict(os.environ)
+    if jvm_options:
+        env["SPARK_SUBMIT_OPTS"] = f"{env.get('SPARK_SUBMIT_OPTS', '')} {jvm_options}".strip()
     go = work / "go"
     procs = []
     for k, owner in enumerate(owners(count, shards)):
@@ -153,7 +166,7 @@ def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
             [sys.executable, __file__, "--worker", "--root", root, "--tube", tube,
              "--owner", owner, "--batch", str(batch), "--warmup", str(warmup),
              "--driver", driver, *pin, "--ready", str(work / f"ready{k}"),
-             "--go", str(go), "--json", str(work / f"out{k}.json")], env=dict(os.environ)))
+             "--go", str(go), "--json", str(work / f"out{k}.json")], env=env))
     while not all((work / f"ready{k}").exists() for k in range(count)):
         if any(p.poll() not in (None, 0) for p in procs):
             raise RuntimeError(f"a consumer of {tube!r} failed to start")
@@ -199,16 +212,21 @@ def bench_shards(spark: Any, root: str, rows: int, batch: int, each: int, warmup
     """The section's figures (see the module's docstring)."""
     sq = sparkqueue.connect(spark, root, owner="bench")
     figures: dict[str, float] = {}
-    runs = {"shards_4x4": (CONSUMERS, SHARDS, rows), "shards_1x4": (1, SHARDS, rows),
-            "shards_4x1": (CONSUMERS, 1, single_rows)}
-    for name, (count, shards, tasks) in runs.items():
-        say(f"{count} consumer(s) draining {tasks} tasks of a tube of {shards} shard(s)")
+    runs = {"shards_4x4": (CONSUMERS, SHARDS, rows, ""), "shards_1x4": (1, SHARDS, rows, ""),
+            "shards_4x1": (CONSUMERS, 1, single_rows, ""),
+            "shards_c1_4x4": (CONSUMERS, SHARDS, rows, C1_ONLY),
+            "shards_c1_1x4": (1, SHARDS, rows, C1_ONLY)}
+    for name, (count, shards, tasks, jvm) in runs.items():
+        say(f"{count} consumer(s) draining {tasks} tasks of a tube of {shards} shard(s)"
+            + (f", JVM {jvm}" if jvm else ""))
         fill(sq, name, payload(spark, tasks).localCheckpoint(eager=True), shards)
-        for key, value in drain_together(root, name, count, shards, batch, warmup).items():
+        for key, value in drain_together(root, name, count, shards, batch, warmup,
+                                         jvm_options=jvm).items():
             figures[f"{name}_{key}"] = value
             say(f"  {name}_{key}: {value:.3f}")
-    figures["shards_4_consumers_over_1_ratio"] = (
-        figures["shards_4x4_tasks_per_s"] / figures["shards_1x4_tasks_per_s"])
+    for c1 in ("", "_c1"):
+        figures[f"shards{c1}_4_consumers_over_1_ratio"] = (
+            figures[f"shards{c1}_4x4_tasks_per_s"] / figures[f"shards{c1}_1x4_tasks_per_s"])
     for shards in (SHARDS, 1):
         name = f"shards_utube_4x{shards}"
         say(f"{CONSUMERS} consumers, window 1, {SUB_QUEUES} sub-queues over {shards} shard(s)")

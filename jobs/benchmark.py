@@ -39,7 +39,8 @@ a one-row MERGE plus a one-row UPDATE.
 The shards section (jobs/bench_shards.py) runs four consumers, each a Spark
 application of its own, on a four-shard tube against one consumer, and
 against four on a tube of one shard (--shard-single-rows tasks, as it drains
-far more slowly): tasks per second and conflicts per take; the same for
+far more slowly): tasks per second and conflicts per take; four against one
+again with each consumer's JVM compiling with C1 alone; the same for
 sub-queues taken with window 1; and one consumer held to one core against two
 held to a core each (--shard-cores-rows tasks): how the drain grows with cores.
 
