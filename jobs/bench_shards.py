@@ -21,9 +21,9 @@ In one run:
   on four shards against one.
 - the first two again with each consumer's JVM compiling with C1 alone
   (``-XX:TieredStopAtLevel=1``, :data:`C1_ONLY`): the optimising C2
-  compiler keeps about a core of each new JVM busy through its first few
-  hundred batches of 1,000 (the e2e section's ``jit_s`` shows its share), so
-  four new JVMs on two cores spend much of them compiling. C1's code is
+  compiler keeps compiling through a new consumer's first hundreds of
+  batches of 1,000 (each run's ``jit_s``: the consumers' JIT seconds during
+  the drain), so four new JVMs on two cores spend much of them compiling. C1's code is
   slower: ``shards_c1_1x4`` against ``shards_1x4`` shows what that costs one
   consumer.
 - how the drain grows with cores: one consumer held to one core (Linux's CPU
@@ -54,6 +54,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench_e2e import jit_seconds
 from bench_engines import payload
 from pyspark.sql import functions as F
 
@@ -123,14 +124,15 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
     Path(args.ready).write_text("ready")
     while not os.path.exists(args.go):
         time.sleep(0.05)
-    before = st.conflicts_retried()
+    before, compiling = st.conflicts_retried(), jit_seconds(spark)
     progress = sparkqueue.Consumer(tube, lambda batch: None, batch_size=args.batch,
                                    take_timeout=0, idle_timeout=0).run()
     ended = time.time()
+    compiled = jit_seconds(spark) - compiling
     Path(f"{args.ready}.done").write_text("done")  # before the stop: cpu_busy's window
     spark.stop()
     return {"done": progress.done, "takes": progress.batches + 1, "ended": ended,
-            "conflicts": st.conflicts_retried() - before}
+            "conflicts": st.conflicts_retried() - before, "jit_s": compiled}
 
 
 def cpu_times() -> tuple[int, int] | None:
@@ -149,7 +151,8 @@ def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
                    warmup: int, driver: str = "fifottl",
                    pinned: bool = False, jvm_options: str = "") -> dict[str, float]:
     """``count`` consumer processes draining ``tube`` at once: tasks per second from
-    the go to the last one's end, conflicts retried per take, and how busy the
+    the go to the last one's end, conflicts retried per take, the seconds their
+    JVMs' JIT compilers spent meanwhile (``jit_s``, all together), and how busy the
     machine's cores were meanwhile (``cpu_busy``, 0 to 1: a single consumer
     near 1 leaves no room for more consumers to go faster). ``pinned``: consumer
     ``k`` runs on core ``k`` alone (``--cpu``). ``jvm_options``: for each consumer's
@@ -186,6 +189,7 @@ def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
     done = sum(o["done"] for o in outs)
     seconds = max(o["ended"] for o in outs) - started
     figures = {"tasks": done, "s": seconds, "tasks_per_s": done / seconds,
+               "jit_s": sum(o["jit_s"] for o in outs),
                "conflicts_per_take": sum(o["conflicts"] for o in outs) / sum(
                    o["takes"] for o in outs)}
     if before and after and after[0] > before[0]:
