@@ -37,8 +37,8 @@ class UtubeDriver(Driver):
 
     def choose(self, live: DataFrame, n: int, window: int) -> DataFrame:
         # One pass over each sub-queue's rows: whether any is taken (busy) and its
-        # ready rows' ranks, ready first. No join of the busy sub-queues, whose
-        # broadcast was a Spark job of its own before the choice's.
+        # ready rows' ranks, ready first. A join of the busy sub-queues would
+        # broadcast them in a Spark job of its own, before the choice's.
         queue = Window.partitionBy("utube")
         ready_first = queue.orderBy(F.col("eff") != "ready", *ORDER)
         return (live.withColumn("_busy", F.max(F.col("eff") == "taken").over(queue))
