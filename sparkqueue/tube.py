@@ -22,7 +22,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from . import store as st
 from . import streaming, validate
 from .engine import ingest as ing
-from .engine import ops, stats
+from .engine import leased, ops, stats
 from .engine import put as putting
 from .engine import take as taking
 from .engine.context import TubeContext
@@ -81,7 +81,18 @@ class Tube:
 
     def apply_op(self, op: ops.Op, tasks: Any, **kwargs: Any) -> DataFrame:
         """Commit ``op`` on ``tasks`` (for the verbs, and a sharded tube's routing):
-        the tasks it changed in its commit (none: an empty DataFrame)."""
+        the tasks it changed in its commit (none: an empty DataFrame). An op on
+        the caller's own leases (``on_leases``) that names whole data files of
+        them commits without a MERGE (:func:`leased.on_whole_files`)."""
+        if op.on_leases and not kwargs.get("extra"):
+            tasks = validate.task_ids(tasks)  # bad ids fail here, before any commit
+            if isinstance(tasks, DataFrame):
+                tasks = ops.collected_ids(tasks)
+            if isinstance(tasks, list):
+                done = leased.on_whole_files(self._ctx, op, tasks,
+                                             self._ctx.who(kwargs.get("owner")))
+                if done is not None:
+                    return done
         return ops.mutate(self._ctx, op, tasks, **kwargs) or ing.empty(self._ctx)
 
     @overload
@@ -182,14 +193,7 @@ class Tube:
         Returns the tasks with status ``done``. All or nothing: one task not
         taken by ``owner`` fails the whole batch and changes nothing.
         """
-        ids = validate.task_ids(tasks)
-        if isinstance(ids, DataFrame):
-            ids = ops.collected_ids(ids)
-        if isinstance(ids, list):
-            acked = ops.ack_files(self._ctx, ids, self._ctx.who(owner))
-            if acked is not None:
-                return acked
-        return self.apply_op(ops.ACK, ids, owner=owner)
+        return self.apply_op(ops.ACK, tasks, owner=owner)
 
     def release(self, tasks: Tasks, *, owner: str | None = None, delay: float | None = None,
                 ttl: float | None = None) -> DataFrame:
@@ -215,7 +219,8 @@ class Tube:
         if ttl is not None:
             action["ttl"] = sql_num(t_new)
             action["ttl_end"] = f"{{now}} + {sql_num(d)} + {sql_num(t_new)}"
-        return self.apply_op(ops.Op("release", ops.OWNED, action), tasks, owner=owner)
+        return self.apply_op(ops.Op("release", ops.OWNED, action, on_leases=True), tasks,
+                             owner=owner)
 
     def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Return taken tasks to ``ready`` at the end of the queue (a new, higher order key)."""
@@ -238,7 +243,8 @@ class Tube:
         action = {"ttr": f"t.ttr + {inc}", "ttl": f"t.ttl + {inc}",
                   "ttl_end": f"t.ttl_end + {inc}",
                   "lease_end": f"least(t.lease_end + {inc}, t.ttl_end + {inc})"}
-        return self.apply_op(ops.Op("touch", ops.OWNED, action), tasks, owner=owner)
+        return self.apply_op(ops.Op("touch", ops.OWNED, action, on_leases=True), tasks,
+                             owner=owner)
 
     def done(self, task_id: TaskId, data: Any) -> DataFrame:
         """Complete a task taken by this Queue's owner but keep it, with ``data`` as payload."""
@@ -268,6 +274,7 @@ class Tube:
              "delay_end": "0.0D", "buried_count": "t.buried_count + 1"},
             skip="{eff} = 'buried'",
             pending=True,
+            on_leases=True,
         )
         return self.apply_op(op, tasks, owner=owner)
 
@@ -296,7 +303,7 @@ class Tube:
     def delete(self, tasks: Tasks) -> DataFrame:
         """Remove tasks whatever their state; returns them with status ``done``."""
         op = ops.Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None,
-                    pending=True)
+                    pending=True, on_leases=True)
         return self.apply_op(op, tasks)
 
     def release_all(self) -> int:

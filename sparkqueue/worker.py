@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import DataFrame
 
 from . import validate
-from .engine import ops, shards
+from .engine import leased, ops, shards
 from .engine.take import take_once, take_with_acks
 from .errors import InvalidOption, QueueError, Timeout
 
@@ -182,7 +182,7 @@ class Consumer:
             if batch is not None:
                 self.progress.done += len(acks)
                 return batch
-        if acks and ops.ack_files(home, acks, who) is not None:  # whole files: no MERGE
+        if acks and leased.on_whole_files(home, ops.ACK, acks, who) is not None:  # no MERGE
             self.progress.done += len(acks)
             acks = []
         if acks:  # with a take on their shard; when it finds nothing, committed alone

@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkqueue import Consumer, Queue, QueueError, Tube, store
-from sparkqueue.engine import ops
+from sparkqueue.engine import leased, ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store.paths import writer_session
@@ -89,7 +89,7 @@ def test_a_take_cuts_the_ready_rows_it_rewrites_into_files_of_its_size(
                            ("taken", "taken", 1000, 1999)]
     # the size was the take's write's alone: the writer session is as it was
     assert writer_session(spark).conf.get("spark.sql.files.maxRecordsPerFile", None) is None
-    jobs, before = jobs_when_called(spark, monkeypatch, "ack_files")
+    jobs, before = jobs_when_called(spark, monkeypatch, "on_whole_files", leased)
     acked = t.ack(whole)
     assert jobs == [before], "the ack's ids were the take's: no Spark job read them"
     assert ids(acked) == list(range(1000, 2000))

@@ -95,17 +95,18 @@ def test_a_take_whose_choice_a_concurrent_take_got_first_never_leases_twice(
 
 
 def jobs_when_called(spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
-                     name: str) -> tuple[list[int], int]:
-    """Spark jobs run so far each time ``ops.<name>`` is called from now on, and now."""
+                     name: str, module: Any = ops) -> tuple[list[int], int]:
+    """Spark jobs run so far each time ``<module>.<name>`` (default ``ops``) is called
+    from now on, and now."""
     tracker = spark.sparkContext.statusTracker()
     jobs: list[int] = []
-    original = getattr(ops, name)
+    original = getattr(module, name)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
         jobs.append(len(tracker.getJobIdsForGroup(None)))
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(ops, name, counted)
+    monkeypatch.setattr(module, name, counted)
     return jobs, len(tracker.getJobIdsForGroup(None))
 
 

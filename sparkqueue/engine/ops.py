@@ -1,5 +1,6 @@
-"""The commit every state change goes through: one MERGE (or range UPDATE, or DELETE of
-whole files) whose clauses carry the checks, all or nothing."""
+"""The commit every state change goes through: one MERGE (or range UPDATE) whose clauses
+carry the checks, all or nothing. Verbs on whole files of the caller's leases may
+commit without it (:mod:`.leased`)."""
 
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ class Op:
     # UPDATE of their id range that leaves stale rows as they are, instead of a
     # MERGE that joins a source (see ``update_range``)
     by_range: bool = False
+    # The guard passes on every task the caller holds with a live lease, and the
+    # action reads the task's own row alone (``t.``, no source): whole data files
+    # of such tasks may be removed or rewritten without a MERGE (``engine.leased``)
+    on_leases: bool = False
 
 #: A DataFrame of at most this many ids is collected by ack (one Spark job; the
 #: MERGE's choice would take two), larger ones stay in Spark.
@@ -117,7 +122,7 @@ OWNED = ("CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
          "WHEN t.owner <> s.arg_owner THEN 'NotOwner' END")
 
 
-ACK = Op("ack", OWNED, None)
+ACK = Op("ack", OWNED, None, on_leases=True)
 
 
 UNBURY = {"status": "'ready'", "delay_end": "0.0D"}
@@ -465,37 +470,6 @@ def guard_error(tube: str, rows: list[Any], who: str,
         ids_of = [failed[1]]
     states = {int(r["id"]): str(r["state"]) for r in rows}
     return st.typed_guard_error(tube, kind, ids_of, who, states)
-
-
-def ack_files(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
-    """Ack ``ids`` by removing whole the data files that hold exactly them
-    (:func:`store.whole_files`): one commit that reads and writes no data,
-    where a MERGE would read, join and drop every row. The acked tasks, or
-    None when they are not such files: then the MERGE acks them or says
-    why not (so a failure here is left to it too).
-    """
-    layout = ctx.layout
-    accelerator = layout.accelerator
-    if not ids or accelerator is None:
-        return None
-    tag = CommitTag.new("ack")
-
-    def attempt() -> int | None:
-        now = ctx.now()
-        path = layout.tasks(ctx.key)
-        return accelerator.remove_files(path, lambda files: layout.whole_leased_files(
-            path, files, ids, who, now, ctx.shards), tag)
-
-    try:
-        version = ctx.guarded(lambda: st.retrying(
-            attempt, deadline=ctx.deadline(), what=f"ack on {ctx.name!r}"))
-    except QueueError:
-        return None
-    if version is None:
-        return None
-    result = acked_rows(ctx, version, tag.token, ids)
-    ctx.emit(result, "ack")
-    return result
 
 
 def acked_rows(ctx: TubeContext, version: int, token: str, ids: list[int]) -> DataFrame:

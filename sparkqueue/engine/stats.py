@@ -19,7 +19,8 @@ CALL_KEYS = ("put", "take", "ack", "release", "bury", "kick", "delete", "touch",
 CALL_NAME = {"release_all": "release", "dig": "kick"}
 
 #: How a commit's rows count, for commits that are not one verb's MERGE (its rows
-#: updated and deleted) or DELETE (an ack that removed whole files, its rows deleted):
+#: updated and deleted), DELETE (an ack that removed whole files, its rows deleted)
+#: or UPDATE (a release, touch or bury that rewrote whole files, its rows updated):
 #: a put counts the rows it wrote; a take that also acked a consumer's previous
 #: batch counts its updates as takes and its deletes as acks; a take that replaced
 #: whole files (``engine.take.take_files``) or ingested new puts (an append, with

@@ -186,7 +186,7 @@ class Accelerator:
 
     def _commit_actions(self, txn: Any, actions: Any, tag: CommitTag | None = None,
                         deleted_rows: int | None = None, appended: bool = False,
-                        updated: bool = False) -> int:
+                        updated: bool = False, updated_rows: int | None = None) -> int:
         """Commit Delta ``actions`` in ``txn``; ``tag``: its userMetadata. The version
         committed.
 
@@ -197,7 +197,8 @@ class Accelerator:
         a manual update it rebuilds the table's whole state (four Spark jobs
         here, about a second). ``appended``: the actions add files; the commit
         is then an append (a WRITE), for the same reason. ``updated``: the
-        actions replace files; the commit is then an UPDATE (no predicate).
+        actions replace files; the commit is then an UPDATE (no predicate),
+        ``updated_rows`` of them updated when given (its operation metrics).
         """
         jvm = self.jvm
         ops = "org.apache.spark.sql.delta.DeltaOperations"
@@ -209,21 +210,14 @@ class Accelerator:
         elif updated:
             operation = getattr(getattr(jvm, f"{ops}$Update$"), "MODULE$").apply(
                 jvm.scala.Option.empty())
+            if updated_rows is not None:
+                self._metrics(txn, {"numUpdatedRows": updated_rows})
         elif deleted_rows is None:
             operation = getattr(getattr(jvm, f"{ops}$ManualUpdate$"), "MODULE$")
         else:
             operation = getattr(getattr(jvm, f"{ops}$Delete$"), "MODULE$").apply(
                 scala.asScala(jvm.java.util.ArrayList()).toSeq())
-            metrics = jvm.java.util.HashMap()
-            for name, value in (("numDeletedRows", deleted_rows),
-                                ("numRemovedFiles", len(actions))):
-                metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(
-                    self.spark.sparkContext._jsc.sc(), name)
-                metric.set(value)
-                metrics.put(name, metric)
-            immutable = getattr(getattr(jvm, "scala.collection.immutable.Map$"), "MODULE$")
-            txn.registerSQLMetrics(self.spark._jsparkSession,
-                                   getattr(immutable, "from")(scala.asScala(metrics)))
+            self._metrics(txn, {"numDeletedRows": deleted_rows, "numRemovedFiles": len(actions)})
         actions = jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq()
         if tag is None:
             return int(txn.commit(actions, operation))
@@ -235,6 +229,21 @@ class Accelerator:
                 return int(txn.commit(actions, operation))
             finally:
                 sessions.setActiveSession(self.spark._jsparkSession)
+
+    def _metrics(self, txn: Any, values: dict[str, int]) -> None:
+        """Give ``txn``'s commit these operation metrics (what DESCRIBE HISTORY
+        shows, and the call counts of ``engine.stats`` read)."""
+        jvm = self.jvm
+        scala = jvm.scala.jdk.javaapi.CollectionConverters
+        metrics = jvm.java.util.HashMap()
+        for name, value in values.items():
+            metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(
+                self.spark.sparkContext._jsc.sc(), name)
+            metric.set(value)
+            metrics.put(name, metric)
+        immutable = getattr(getattr(jvm, "scala.collection.immutable.Map$"), "MODULE$")
+        txn.registerSQLMetrics(self.spark._jsparkSession,
+                               getattr(immutable, "from")(scala.asScala(metrics)))
 
     def purge_inbox(self, tube: str, cursor: Cursor) -> int:
         """Remove the inbox files of the puts up to ``cursor`` (ingested); rows removed.
@@ -288,7 +297,7 @@ class Accelerator:
 
     def replace_files(self, txn: Any, files: dict[str, dict[str, Any]], removed: list[str],
                       rows: DataFrame, tag: CommitTag, file_rows: int,
-                      ) -> tuple[int, list[dict[str, Any]]]:
+                      updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
         """Commit in ``txn`` the data files ``removed`` (their statistics in ``files``,
         as :meth:`files_at` gives them) gone and ``rows`` written in their
         place, in files of at most ``file_rows`` rows; the version committed,
@@ -300,12 +309,15 @@ class Accelerator:
         a file. The commit is an UPDATE, which Delta
         checks as it checks one: a concurrent commit that removed one of
         these files (changed a row of it) makes this one conflict.
+        ``updated_rows``: how many of ``rows`` the commit changed, for its
+        operation metrics.
         """
         actions = self.jvm.java.util.ArrayList()
         written = self._write(txn, rows, file_rows, actions)
         for name in removed:
             actions.add(self._removal(name, files[name]))
-        return self._commit_actions(txn, actions, tag, updated=True), written
+        return (self._commit_actions(txn, actions, tag, updated=True,
+                                     updated_rows=updated_rows), written)
 
     def _removal(self, name: str, file: dict[str, Any]) -> Any:
         """The ``remove`` action of the data file ``name`` (``file``: its statistics)."""
