@@ -308,3 +308,18 @@ def test_a_shards_sub_queue_takes_and_acks_go_the_one_shard_ways(sq: Queue) -> N
         seen.append([op for _, op in operations(part, befores[got[0]["task_id"] % 2])])
         assert operations(part, befores[got[0]["task_id"] % 2])[-1] == ("DELETE", "ack")
     assert seen == [["ingest+take", "ack"], ["take", "ack"]]
+
+
+def test_a_take_of_sub_queue_heads_runs_two_spark_jobs_the_choice_and_the_write(
+        sq: Queue, spark: SparkSession) -> None:
+    """The choice is one query over one partition, which holds each sub-queue whole:
+    busy sub-queues and ranks come from one window, with no shuffle and no
+    broadcast of the busy ones (a job of its own). Then the write."""
+    t, q = ingested(sq, "two_jobs", {f"q{i}": 3 for i in range(8)})
+    assert ids(t.take(2)) == [q["q0"][0], q["q1"][0]]  # two sub-queues busy
+    tracker = spark.sparkContext.statusTracker()
+    before = len(tracker.getJobIdsForGroup(None))
+    batch = t.take(8)
+    jobs = len(tracker.getJobIdsForGroup(None)) - before
+    assert ids(batch) == [q[f"q{i}"][0] for i in range(2, 8)], "the free sub-queues' heads"
+    assert jobs == 2

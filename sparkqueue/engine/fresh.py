@@ -118,7 +118,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     assert accelerator is not None
     txn = accelerator.reading_all(path)
     now = ctx.now()
-    files = layout.files_at(path, int(txn.snapshot().version()))
+    files = accelerator.files_read(txn, path)
     if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
         return None
     cursor = layout.cursor(ctx.key)

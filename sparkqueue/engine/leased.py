@@ -8,9 +8,10 @@ File statistics then show that every guard passes (each row taken by the
 caller, its lease and ttl live), and the verb's commit needs no join: an ack
 or a delete removes the files whole, reading and writing no data; the others
 rewrite them with the op's SET applied, one Spark job (the write) where a
-MERGE runs about a dozen (``jobs/profile_ops.py``). Anything else (a task not so held, files
-shared with other tasks, a table that keeps a change feed, no accelerator)
-goes the usual way, the MERGE of :mod:`.ops`, which also says what is wrong.
+MERGE runs about a dozen (``jobs/profile_ops.py``). Anything else (a task
+not so held, files shared with other tasks, a table that keeps a change
+feed, no accelerator) goes the usual way, the MERGE of :mod:`.ops`, which
+also says what is wrong.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
         txn = accelerator.start_transaction(path)
         if accelerator.keeps_feed(txn):
             return None  # the feed's rows are Delta's to write: the MERGE's
-        files = layout.files_at(path, int(txn.snapshot().version()))
+        files = accelerator.files_read(txn, path)
         names = whole(files) if files else None
         if not files or not names:
             return None
@@ -71,8 +72,8 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
                                action_set(op, tag, lease_context(now, who)))
             version, written = accelerator.replace_files(txn, files, names, rows, tag,
                                                          file_rows(len(ids)), len(ids))
-        # the files hold ``ids`` alone, still leased after a touch: its ack removes them
-        layout.note_leased(path, [f["name"] for f in written], ids)
+        if "status" not in op.action:  # still leased (a touch): their ack removes them whole
+            layout.note_leased(path, [f["name"] for f in written], ids)
         return version
 
     try:

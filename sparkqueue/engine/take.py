@@ -199,7 +199,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
         if accelerator.keeps_feed(txn):
             return None  # the feed's rows are Delta's to write
         now = ctx.now()
-        files = layout.files_at(path, int(txn.snapshot().version()))
+        files = accelerator.files_read(txn, path)
         acked = (layout.whole_leased_files(path, files, acking, who, now, ctx.shards)
                  if acking and files else [])
         if files is None or acked is None:

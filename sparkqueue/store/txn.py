@@ -55,6 +55,12 @@ class Accelerator:
         txn.readWholeTable()
         return txn
 
+    def files_read(self, txn: Any, path: str) -> dict[str, dict[str, Any]] | None:
+        """The data files of ``path`` in the snapshot ``txn`` reads, with their
+        statistics (:meth:`LogReader.files_at`): what its commit is checked
+        against."""
+        return self.log.files_at(path, int(txn.snapshot().version()))
+
     @staticmethod
     def keeps_feed(txn: Any) -> bool:
         """Whether the table of ``txn``'s snapshot keeps a change data feed."""
