@@ -20,7 +20,7 @@ from .clock import Clock, system_clock
 from .config import Config, load_config
 from .drivers import BUILTIN_DRIVERS, Driver
 from .engine import TubeContext
-from .engine.ingest import live_tasks
+from .engine.records import live_tasks
 from .engine.shards import MAX_SHARDS, shard_contexts
 from .errors import (
     InvalidOption,

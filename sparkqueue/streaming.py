@@ -19,7 +19,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from . import store as st
 from .engine import put as putting
-from .engine import shards
+from .engine import records, shards
 from .engine.context import TubeContext
 from .errors import InvalidOption, StorageError
 
@@ -139,6 +139,10 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
                             f"got {starting_version!r}")
     ctx = tube.context
     ref = ctx.layout.tasks(ctx.key)
+    if not ctx.guarded(lambda: st.keeps_feed(ctx.spark, ref)):
+        # lease records' tasks are written out before the feed is on: their takes
+        # came before it (a record a take commits meanwhile comes as an insert)
+        records.settle_ids(ctx, None)
     ctx.guarded(lambda: st.retrying(lambda: st.keep_feed(ctx.spark, ref),
                                     deadline=ctx.deadline(),
                                     what=f"turning on tube {tube.name!r}'s change feed"))

@@ -38,7 +38,7 @@ from pyspark.sql import types as T
 
 from . import store as st
 from .engine import ops
-from .engine.ingest import live_tasks
+from .engine.records import live_tasks, records_at
 from .engine.stats import census_of
 from .errors import Timeout
 from .store import CommitTag
@@ -232,8 +232,14 @@ def _purge_markers(tube: Tube) -> int:
 
 
 def _purge_inbox(tube: Tube) -> int:
-    layout = tube.context.layout
-    return layout.purge_inbox(tube.context.key, layout.cursor(tube.context.key))
+    """The inbox purge up to the cursor, keeping the put files that lease records read
+    (both as of one version of the tasks table: a record committed later
+    reads puts after that cursor)."""
+    ctx = tube.context
+    layout = ctx.layout
+    version = layout.latest_version(layout.tasks(ctx.key))
+    held = [f for record in records_at(ctx, version).values() for f in record.files]
+    return layout.purge_inbox(ctx.key, layout.cursor(ctx.key, at=version), held)
 
 
 # -- compaction and vacuum -------------------------------------------------------------

@@ -24,6 +24,7 @@ from . import streaming, validate
 from .engine import ingest as ing
 from .engine import leased, ops, stats
 from .engine import put as putting
+from .engine import records as recs
 from .engine import take as taking
 from .engine.context import TubeContext
 from .errors import InvalidOption, NotSupported, TaskNotFound
@@ -224,12 +225,16 @@ class Tube:
 
     def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Return taken tasks to ``ready`` at the end of the queue (a new, higher order key)."""
-        def last() -> Any:
+        def last() -> int:
             ing.ingest(self._ctx)
-            return self._ctx.layout.read(self._ctx.layout.tasks(self._ctx.key)).agg(
+            path = self._ctx.layout.tasks(self._ctx.key)
+            version = self._ctx.layout.latest_version(path)
+            top = self._ctx.layout.read(path, version=version).agg(
                 F.max("order_key"), F.max("task_id")).first()
-        top = self._ctx.guarded(last)
-        base = max(int(top[0] or 0), int(top[1] or 0)) + 1 if top else 1
+            # a lease record's tasks: their order keys are their ids
+            held = [r.ids[1] for r in recs.records_at(self._ctx, version).values()]
+            return max([int(top[0] or 0), int(top[1] or 0), *held]) if top else max(held or [0])
+        base = self._ctx.guarded(last) + 1
         action = {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
                   "lease_end": "0.0D", "order_key": f"{base} + s.arg_rank"}
         op = ops.Op("requeue", ops.OWNED, action)
@@ -287,7 +292,7 @@ class Tube:
                     missing=None)
         result = ops.mutate(
             self._ctx, op, None, collect_upto=count if count <= ops.COLLECT_UPTO else 0,
-            chooser=lambda now: ing.live_tasks(self._ctx, now, pending=False)
+            chooser=lambda now: recs.live_tasks(self._ctx, now, pending=False)
             .where("eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
         return 0 if result is None else result.count()
 
@@ -310,9 +315,9 @@ class Tube:
         """Return every taken task, whoever holds it, to ``ready``; the count."""
         op = ops.Op("release_all", "CASE WHEN {eff} <> 'taken' THEN 'Stale' END",
                     {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
-                     "lease_end": "0.0D"}, missing=None)
+                     "lease_end": "0.0D"}, missing=None, chooses_leases=True)
         result = ops.mutate(self._ctx, op, None, event="release",
-                            chooser=lambda now: ing.live_tasks(self._ctx, now, pending=False)
+                            chooser=lambda now: recs.live_tasks(self._ctx, now, pending=False)
                             .where("status = 'taken'")  # prunes files by their statistics
                             .where("eff = 'taken'"))
         return 0 if result is None else result.count()
@@ -323,7 +328,7 @@ class Tube:
         single = not isinstance(tasks, (DataFrame, list, tuple, set, frozenset))
 
         def read() -> DataFrame:
-            view = ing.view(self._ctx, self._ctx.now())
+            view = recs.view(self._ctx, self._ctx.now())
             if isinstance(ids, DataFrame):
                 chosen = view.join(ids.select(F.col("task_id").cast("long")).distinct(),
                                    "task_id", "left_semi")
@@ -340,7 +345,7 @@ class Tube:
         ident = validate.one_id(task_id)
         now = self._ctx.now()
         row = self._ctx.guarded(
-            lambda: ing.view(self._ctx, now).where(F.col("task_id").isin(ident)).first())
+            lambda: recs.view(self._ctx, now).where(F.col("task_id").isin(ident)).first())
         if row is None:
             raise TaskNotFound(self.name, ident)
         return {
@@ -354,7 +359,7 @@ class Tube:
     def tasks_by_state(self, state: str | TaskState) -> DataFrame:
         """All tasks in ``state`` now."""
         s = TaskState.parse(state)
-        return self._ctx.guarded(lambda: ing.view(self._ctx, self._ctx.now())
+        return self._ctx.guarded(lambda: recs.view(self._ctx, self._ctx.now())
                                  .where(F.col("status") == s.value)
                                  .select(*st.PUBLIC_COLUMNS))
 
@@ -372,7 +377,8 @@ class Tube:
         def run() -> None:
             ing.ingest(self._ctx)
             with self._ctx.layout.tagged(CommitTag.new("truncate")) as sess:
-                st.delete(sess, self._ctx.layout.tasks(self._ctx.key), "task_id >= 0")
+                st.delete(sess, self._ctx.layout.tasks(self._ctx.key),
+                          f"task_id >= 0 OR status = '{st.LEASE}'")  # and lease records
         self._ctx.guarded(lambda: st.retrying(run, deadline=self._ctx.deadline(),
                                               what=f"truncate of {self.name!r}"))
 

@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import FakeClock, InvalidOption, Queue, Tube, cli
-from sparkqueue.engine.ingest import live_tasks
+from sparkqueue.engine.records import live_tasks
 from sparkqueue.sweep import cold_groups, compact
 from tests.conftest import ids, versions
 

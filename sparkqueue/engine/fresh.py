@@ -12,8 +12,17 @@ from pyspark.sql import functions as F
 
 from .. import store as st
 from ..store import CommitTag, effective_status
+from . import records
 from .context import TubeContext
-from .ingest import RunRows, advanced, put_order_rows, rows_held, run_frames, within
+from .ingest import (
+    RunRows,
+    advanced,
+    put_order_rows,
+    rows_held,
+    run_frames,
+    tag_values,
+    within,
+)
 from .ops import (
     COLLECT_UPTO,
     Op,
@@ -24,6 +33,7 @@ from .ops import (
     note_taken_ids,
     pick,
 )
+from .records import with_action
 
 __all__ = ["take_fresh", "leased_result"]
 
@@ -83,6 +93,7 @@ class FreshPlan(NamedTuple):
     cursor: st.Cursor
     spans: list[RunRows]
     head: tuple[int, int] | None
+    files: list[st.PutFile]  #: the put files the spans read
 
 
 def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: int, n: int,
@@ -107,7 +118,7 @@ def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: i
     spans = run_frames(ctx, spark, within(puts, next_id, start, after.first_pending), next_id,
                        start, after.first_pending)
     head = None if rows is None else (ctx.task_id(rows[0]), ctx.task_id(rows[1]))
-    return FreshPlan(after, spans, head)
+    return FreshPlan(after, spans, head, within(puts, next_id, start, after.first_pending))
 
 
 def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: str,
@@ -134,7 +145,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         if not plan.spans or not accelerator.fits(txn, plan.spans[0].rows) or (
                 acked and plan.head is None):
             return None  # (acks only where the take surely leases: nothing else commits)
-        after, spans, head = plan
+        after, spans, head, _ = plan
         tag = tag.adding(upto=after.version, next_id=after.next_id,
                          **({"partial": after.partial} if after.partial else {}),
                          **({"ack": len(acking or [])} if acked else {}))
@@ -144,14 +155,21 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         picked = pick(sess, now, None, lambda _: head or choice(ctx, pending, files, n, win, now),
                       n if n <= COLLECT_UPTO else 0, step=ctx.shards)
         rows = [run.rows for run in spans]
-        changes = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
+        changes: DataFrame | None = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
+        record = None
         if picked is not None:
             chosen, lo, hi, counts, count, chosen_ids = picked
             tag = tag.adding(**counts, take=count)
             sess.conf.set(st.USER_METADATA, tag.json())
             run = id_run(lo, hi, ctx.shards, count)
-            rows, changes = with_lease(spans, pending, chosen if run is None else (lo, hi),
-                                       action_set(take, tag, lease_context(now, who)))
+            action = action_set(take, tag, lease_context(now, who))
+            record = (None if run is None or accelerator.keeps_feed(txn)
+                      else recorded(ctx, cursor, plan, (lo, hi), action, who, tag.token, now))
+            if record is not None:  # the lease alone: one row
+                rows, changes = [records.record_frame(sess, record, spans[0].rows)], None
+            else:
+                rows, changes = with_lease(spans, pending, chosen if run is None else (lo, hi),
+                                           action)
         version, written = accelerator.commit_ingest(txn, ctx.key, cursor, after, rows,
                                                      changes, tag,
                                                      {name: files[name] for name in acked})
@@ -159,9 +177,13 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         ctx.ingested_upto = upto
     if picked is None:  # (never with acks: they go only with a take's known head)
         return None
+    if record is not None:
+        return recorded_result(ctx, record, written, run, version,
+                               acked if acked else None, acking if acked else None)
     if run is None and chosen_ids:  # chosen by id: their ack needs to know their files
         run = noting_leased(ctx, written, count, chosen_ids)
-    return leased_result(ctx, version, tag.token, (lo, hi), run, acking if acked else None)
+    return leased_result(ctx, version, tag.token, (lo, hi), run, acking if acked else None,
+                         acked)
 
 
 def choice(ctx: TubeContext, pending: DataFrame, files: dict[str, dict[str, Any]], n: int,
@@ -231,31 +253,70 @@ def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tup
     return rows, changes
 
 
-def with_action(rows: DataFrame, action: dict[str, str], where: str | None = None,
-                columns: list[str] | None = None, *extra: str) -> DataFrame:
-    """The task ``columns`` of ``rows`` (aliased ``t`` for the SET; default every
-    column of the tasks table) with an updating op's SET (:func:`action_set`):
-    on every row, or on those where the SQL ``where`` holds; then ``extra``."""
-    def value(c: str) -> str:
-        if c not in action:
-            return c
-        return (f"{action[c]} AS {c}" if where is None
-                else f"CASE WHEN {where} THEN {action[c]} ELSE t.{c} END AS {c}")
-    return rows.alias("t").selectExpr(*[value(c) for c in columns or st.TASK_TABLE_COLUMNS],
-                                      *extra)
-
-
 def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, int],
-                  run: list[int] | None, acking: list[int] | None = None) -> DataFrame:
+                  run: list[int] | None, acking: list[int] | None = None,
+                  acked: list[str] | None = None) -> DataFrame:
     """A take's result: the tasks its commit ``version`` (tagged ``token``) leased, ids
     within ``span`` (``run``: them, where known), with their ``on_task_change``
-    events sent, after those of the ``acking`` ids the same commit acked."""
+    events sent, after those of the ``acking`` ids the same commit acked
+    (removing the data files ``acked``)."""
     if acking and ctx.listening():  # (an ack's own call reads them as its result)
-        ctx.emit(acked_rows(ctx, version, token, acking), "ack")
+        ctx.emit(acked_result(ctx, version, token, acking, acked or []), "ack")
     result = ctx.layout.changed_at(ctx.key, version, token, *span).select(*st.PUBLIC_COLUMNS)
     note_taken_ids(result, run)
     ctx.emit(result, "take")
     return result
+
+
+def recorded(ctx: TubeContext, cursor: st.Cursor, plan: FreshPlan, span: tuple[int, int],
+             action: dict[str, str], who: str, token: str, now: float,
+             ) -> records.Record | None:
+    """The lease record of a take of new puts that leases exactly the rows it
+    ingests (``plan``, from ``cursor``), a run of ids (``span``); None when
+    it ingests others too (they are written out, and the leased ones with them)."""
+    first, end = cursor.first_pending, plan.cursor.first_pending
+    if (plan.head != span or end <= first or ctx.task_id(first) != span[0]
+            or ctx.task_id(end - 1) != span[1]):
+        return None
+    ends: list[tuple[float, float]] = []
+    for f in plan.files:  # every task's own ttl and ttr are its put's (tags tell them)
+        put_now, _, _, ttl, ttr, _ = tag_values(f.tag)
+        ttl_end = put_now + (st.INF if ttl is None else ttl)
+        ttr = ttr if ttr is not None else (st.INF if ttl is None else ttl)
+        ends.append((min(now + ttr, ttl_end), ttl_end))
+    return records.Record(tuple(plan.files), first, end, span, action, who,
+                          min(e[0] for e in ends), min(e[1] for e in ends), token)
+
+
+def recorded_result(ctx: TubeContext, record: records.Record, written: list[dict[str, Any]],
+                    run: list[int] | None, version: int, acked: list[str] | None,
+                    acking: list[int] | None) -> DataFrame:
+    """A recorded take's result (:func:`leased_result`): its tasks, as the record
+    tells them; the record's file written down for their ack."""
+    path = ctx.layout.tasks(ctx.key)
+    name = next(f["name"] for f in written if f["min_status"] == st.LEASE)
+    records.remember(path, name, record)
+    assert run is not None
+    ctx.layout.note_leased(path, [name], run)
+    if acking and ctx.listening():
+        ctx.emit(acked_result(ctx, version, record.token, acking, acked or []), "ack")
+    result = records.expand(ctx, ctx.spark, record).select(*st.PUBLIC_COLUMNS)
+    note_taken_ids(result, run)
+    ctx.emit(result, "take")
+    return result
+
+
+def acked_result(ctx: TubeContext, version: int, token: str, ids: list[int],
+                 removed: list[str]) -> DataFrame:
+    """The tasks ``ids`` that the commit ``version`` (tagged ``token``) acked by
+    removing the data files ``removed``, as acked (``done``): from the lease
+    records among them, and from the others' rows (:func:`ops.acked_rows`)."""
+    path = ctx.layout.tasks(ctx.key)
+    held = [r for r in map(lambda n: records.known(path, n), removed) if r is not None]
+    frames = [records.as_acked(ctx, r) for r in held]
+    if len(held) < len(removed) or not removed:
+        frames.append(acked_rows(ctx, version, token, ids))
+    return reduce(DataFrame.unionByName, frames)
 
 
 def noting_leased(ctx: TubeContext, written: list[dict[str, Any]], count: int,

@@ -12,7 +12,7 @@ from pyspark.sql import types as T
 
 from .. import store as st
 from .. import validate
-from ..store import CommitTag, effective_status, sql_num
+from ..store import CommitTag, sql_num
 from .context import TubeContext
 
 #: A put's options that were one value for all its tasks (its commit tag's ``put``).
@@ -130,8 +130,13 @@ def task_columns(joined: DataFrame, columns: list[str] | None = None) -> DataFra
     the put's; the tube defaults were resolved into the tag at put time.
     """
     names = columns or list(_TASK_ROW_SQL)
-    return (joined.selectExpr(*[_TASK_ROW_SQL[n] for n in names])
-            .selectExpr(*[_NULLABLE_SQL[n] for n in names]))
+    return as_stored(joined.selectExpr(*[_TASK_ROW_SQL[n] for n in names]))
+
+
+def as_stored(rows: DataFrame) -> DataFrame:
+    """Task rows with every column nullable, as the same columns read from the
+    tasks table are: results compare equal whichever way they came."""
+    return rows.selectExpr(*[_NULLABLE_SQL[n] for n in rows.columns])
 
 
 def empty(ctx: TubeContext) -> DataFrame:
@@ -331,31 +336,3 @@ def ingest(ctx: TubeContext) -> None:
             return
         cursor = later
     ctx.ingested_upto = upto
-
-
-def live_tasks(ctx: TubeContext, now: float, pending: bool = True) -> DataFrame:
-    """Every task (tasks table and puts not yet ingested); its state at ``now`` in ``eff``.
-
-    With the puts, the tasks table is read at the version the cursor is read
-    at: a Delta DataFrame reads the newest version when it runs, and an ingest
-    committed after the cursor was read would show its tasks twice, as
-    ingested and as puts (a take of new puts: once taken, once ready)."""
-    layout = ctx.layout
-    path = layout.tasks(ctx.key)
-    upto = layout.latest_version(layout.inbox(ctx.key)) if pending else -1
-    if upto <= ctx.ingested_upto:
-        tasks = layout.read(path)
-    else:
-        version = layout.latest_version(path)
-        tasks = layout.read(path, version=version)
-        rows = pending_rows(ctx, ctx.spark, layout.cursor(ctx.key, at=version), upto)
-        if rows is not None:
-            tasks = tasks.unionByName(rows, allowMissingColumns=True)
-    tasks = tasks.where("task_id >= 0")
-    if "data" not in tasks.columns:  # nothing was ever put: no payload schema yet
-        tasks = tasks.withColumn("data", F.struct())
-    return tasks.withColumn("eff", F.expr(effective_status(now)))
-
-
-def view(ctx: TubeContext, now: float) -> DataFrame:
-    return live_tasks(ctx, now).where("eff <> 'expired'").withColumn("status", F.col("eff"))

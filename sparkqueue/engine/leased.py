@@ -24,8 +24,9 @@ from .. import store as st
 from ..errors import QueueError
 from ..store import CommitTag
 from .context import TubeContext
-from .fresh import with_action
-from .ops import Op, acked_rows, action_set, lease_context
+from .fresh import acked_result
+from .ops import Op, action_set, lease_context
+from .records import task_rows, with_action
 from .take import file_rows
 
 __all__ = ["on_whole_files"]
@@ -51,15 +52,18 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
         return None
     path = layout.tasks(ctx.key)
     tag = CommitTag.new(op.name)
+    removed: list[str] = []
 
     def attempt() -> int | None:
         now = ctx.now()
 
         def whole(files: dict[str, dict[str, Any]]) -> list[str] | None:
-            return layout.whole_leased_files(path, files, ids, who, now, ctx.shards)
+            names = layout.whole_leased_files(path, files, ids, who, now, ctx.shards)
+            removed[:] = names or []
+            return names
 
-        if op.action is None:
-            return accelerator.remove_files(path, whole, tag)
+        if op.action is None:  # (a lease record's file goes as its tasks' would)
+            return accelerator.remove_files(path, whole, tag, rows=len(ids))
         txn = accelerator.start_transaction(path)
         if accelerator.keeps_feed(txn):
             return None  # the feed's rows are Delta's to write: the MERGE's
@@ -68,7 +72,7 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
         if not files or not names:
             return None
         with layout.tagged(tag) as sess:
-            rows = with_action(layout.read_task_files(path, names, sess),
+            rows = with_action(task_rows(ctx, sess, names, files),
                                action_set(op, tag, lease_context(now, who)))
             version, written = accelerator.replace_files(txn, files, names, rows, tag,
                                                          file_rows(len(ids)), len(ids))
@@ -84,7 +88,7 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
     if version is None:
         return None
     if op.action is None:
-        result = acked_rows(ctx, version, tag.token, ids)
+        result = acked_result(ctx, version, tag.token, ids, removed)
     else:
         result = ctx.layout.changed_at(ctx.key, version, tag.token, ids[0], ids[-1]).select(
             *st.PUBLIC_COLUMNS)

@@ -20,8 +20,10 @@ from ..errors import (
     QueueError,
 )
 from ..store import CommitTag, effective_status, sql_num
+from . import records
 from .context import TubeContext
-from .ingest import ingest, live_tasks
+from .ingest import ingest
+from .records import live_tasks
 
 #: Choices of at most this many tasks are collected to the driver (one Spark job less).
 COLLECT_UPTO = 10_000
@@ -62,6 +64,9 @@ class Op:
     # action reads the task's own row alone (``t.``, no source): whole data files
     # of such tasks may be removed or rewritten without a MERGE (``engine.leased``)
     on_leases: bool = False
+    # The chooser may pick tasks under a live lease (release_all): every lease
+    # record is written out first, not only those whose leases ended
+    chooses_leases: bool = False
 
 #: A DataFrame of at most this many ids is collected by ack (one Spark job; the
 #: MERGE's choice would take two), larger ones stay in Spark.
@@ -168,9 +173,17 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
         if op.pending:
             ingest(ctx)
         now = ctx.now()
+        before = layout.latest_version(path)
+        if chooser is None or op.chooses_leases:  # the MERGE needs their rows
+            settled = settle_for(ctx, op, ids, who, now)
+        else:  # a choice by state: ended leases are ready (or expired) rows
+            settled = bool(records.settle_ended(ctx, now))
+        if acking:
+            settled = settle_for(ctx, ACK, acking, who, now) or settled
+        if settled:
+            before = layout.latest_version(path)
         name = f"{op.name}+ack" if acking else op.name
         tag = CommitTag.new(name, **(tag_extra or {}))
-        before = layout.latest_version(path)
         with layout.tagged(tag) as sess:
             keep = ["utube"] if op.exclusive else []
             picked = pick(sess, now, ids, chooser, collect_upto, keep, ctx.shards)
@@ -221,6 +234,25 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     if result is not None:
         ctx.emit(result[0], event or op.name)
     return result
+
+
+def settle_for(ctx: TubeContext, op: Op, ids: list[int] | DataFrame | None, who: str,
+               now: float) -> bool:
+    """Write out the lease records that may hold ``ids`` (None: every record) for
+    ``op``'s MERGE, once its checks pass on every one of them: an op refused
+    writes nothing (:func:`offenders` reads the records' tasks as they are).
+    Whether it wrote any. Records are looked for at the version the caller
+    read last (a record committed since is another's take, of other ids, or
+    makes the MERGE's choice fail and try again)."""
+    some = ids if isinstance(ids, list) else None
+    if not records.holding(ctx, some):
+        return False
+    if ids is not None:
+        frame = st.id_frame(ctx.spark, ids, ctx.shards) if isinstance(ids, list) else ids
+        error = guard_error(ctx.name, offenders(ctx, op, frame, who, now), who)
+        if error is not None:
+            raise error
+    return bool(records.settle_ids(ctx, some))
 
 
 def merge_source(ctx: TubeContext, sess: SparkSession, op: Op, base: DataFrame,

@@ -22,7 +22,8 @@ from ..errors import (
 from ..store import CommitTag
 from ..task import LIVE_STATES, Task
 from .context import TubeContext
-from .ingest import empty, live_tasks, payload_schema, pending_rows
+from .ingest import empty, payload_schema, pending_rows
+from .records import live_tasks
 
 #: The Delta transaction id that puts of a capacity tube record, one after another.
 CAPACITY_TXN = "sq-capacity"

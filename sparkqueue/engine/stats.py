@@ -8,8 +8,8 @@ from pyspark.sql import functions as F
 
 from ..task import LIVE_STATES
 from .context import TubeContext
-from .ingest import live_tasks
 from .ops import EXPIRY_COUNTS
+from .records import live_tasks
 
 #: Tarantool's statistics keys, always present.
 CALL_KEYS = ("put", "take", "ack", "release", "bury", "kick", "delete", "touch", "ttl", "ttr",
@@ -34,7 +34,7 @@ CALL_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 #: Commits of the machinery, not of a Tarantool verb: they count no calls.
-NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge"})
+NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge", "settle"})
 
 #: Operations whose tasks count as completed (``tasks.done``).
 COMPLETING = ("ack", "delete", "done", "ttl")

@@ -17,8 +17,8 @@ from ..drivers.base import ORDER
 from ..drivers.utube import UtubeDriver
 from ..store import CommitTag, effective_status
 from .context import TubeContext
-from .fresh import leased_result, noting_leased, take_fresh, with_action
-from .ingest import empty, ingest, live_tasks
+from .fresh import leased_result, noting_leased, take_fresh
+from .ingest import empty, ingest
 from .ops import (
     COLLECT_UPTO,
     Chosen,
@@ -28,6 +28,7 @@ from .ops import (
     expiry_counts,
     lease_context,
 )
+from .records import live_tasks, settle_ended, with_action
 
 
 def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
@@ -73,6 +74,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
     fresh = take_fresh(ctx, take, n, win, who, acking)
     if fresh is not None:
         return fresh
+    settle_ended(ctx, ctx.now())  # tasks whose recorded lease ended are ready again
     deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
     leased = take_files(ctx, take, n, who, acking, deadline, win)
     if leased is not None:
@@ -120,6 +122,7 @@ def take_with_acks(ctx: TubeContext, n: int, who: str, acking: list[int],
     fresh = take_fresh(ctx, take, n, win, who, acking) if ctx.driver.head_only else None
     if fresh is not None:
         return fresh
+    settle_ended(ctx, ctx.now())
     leased = take_files(ctx, take, n, who, acking, win=win)
     return None if isinstance(leased, NoneReady) else leased
 
@@ -219,7 +222,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
             version, written = accelerator.replace_files(
                 txn, files, plan.names + acked, leased, tag, file_rows(n))
         run = noting_leased(ctx, written, plan.leases, plan.ids)
-        return leased_result(ctx, version, tag.token, (plan.lo, plan.hi), run, acking)
+        return leased_result(ctx, version, tag.token, (plan.lo, plan.hi), run, acking, acked)
 
     return ctx.guarded(lambda: st.retrying(
         attempt, deadline=deadline or ctx.deadline(), what=f"take on {ctx.name!r}"))

@@ -49,6 +49,7 @@ from .schema import (
     FEW_FILES,
     INF,
     INGEST_TXN,
+    LEASE,
     MARKER,
     PUBLIC_COLUMNS,
     RUNS_INLINE,
@@ -76,11 +77,21 @@ from .sql import (
     with_ids,
     without_ids,
 )
-from .tables import When, delete, feed_start, is_path, keep_feed, merge, update, vacuum
+from .tables import (
+    When,
+    delete,
+    feed_start,
+    is_path,
+    keep_feed,
+    keeps_feed,
+    merge,
+    update,
+    vacuum,
+)
 
 __all__ = [
     "append", "is_path", "read", "read_stream",
-    "CHANGE_TYPE", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "MARKER",
+    "CHANGE_TYPE", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "LEASE", "MARKER",
     "PUBLIC_COLUMNS",
     "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS", "TASK_COLUMNS", "TASK_FILE_ROWS",
     "TASK_TABLE_COLUMNS",
@@ -88,7 +99,7 @@ __all__ = [
     "bound_sql", "conflicts_retried",
     "effective_status", "feed_start", "file_entry", "first_line", "guard_failure", "head_bound",
     "head_files", "head_key", "id_frame", "id_runs", "inbox_schema", "is_conflict",
-    "is_missing_table", "keep_feed", "may_hold", "may_hold_ready",
+    "is_missing_table", "keep_feed", "keeps_feed", "may_hold", "may_hold_ready",
     "merge", "missing_table_error", "next_event", "parse_tag", "raise_guard", "raise_missing",
     "reaches", "ready_head", "ready_when", "retrying", "shard_key", "sql_literal", "sql_num",
     "stats_of", "typed_guard_error", "update", "vacuum", "whole_files", "with_ids", "without_ids",

@@ -12,6 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .schema import LEASE
 from .sql import id_runs
 
 #: What :func:`head_bound` reads of a data file's statistics: key -> (kind, column).
@@ -47,18 +48,21 @@ STATS_COLUMNS = sorted({col for _, col in FILE_STATS.values()}
 def may_hold_ready(f: dict[str, Any], now: float) -> bool:
     """Whether a data file's statistics (:meth:`Layout.files_at`) leave room for a
     row that :func:`ready_when` selects at ``now``: stored ``ready``, a delay
-    that may have passed, or a lease that may have ended. Unknown statistics
+    that may have passed, or a lease that may have ended (a lease record's
+    too: its tasks are then ready once it is written out). Unknown statistics
     leave room. A file whose every row's ttl has ended holds expired tasks
     only (the sweeper has not purged them yet), none ready. A take on a
     table where no file does finds nothing without reading it (a drain's
     last take, a consumer polling an empty tube).
     """
+    lease = f["min_lease_end"]
+    if f["min_status"] == LEASE == f["max_status"]:  # a record's ends are its tasks' least
+        return lease is None or lease <= now
     ended = f["max_ttl_end"]
     if ended is not None and f["ttl_end_nulls"] == 0 and ended <= now:
         return False
-    lease = f["min_lease_end"]
     return may_hold(f, "ready") or may_hold(f, "delayed") or (
-        may_hold(f, "taken") and (lease is None or lease <= now))
+        (may_hold(f, "taken") or may_hold(f, LEASE)) and (lease is None or lease <= now))
 
 
 def may_hold(f: dict[str, Any], status: str) -> bool:
@@ -247,7 +251,7 @@ def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
         if name in names or not held_by(f, owner, now):
             continue
         lo, hi = f["min_task_id"], f["max_task_id"]
-        at = bisect.bisect_right(starts, lo) - 1
+        at = bisect.bisect_right(starts, lo) - 1 if lo is not None else -1
         if at >= 0 and hi <= runs[at][1]:
             names.append(name)
             covered += f["rows"]
@@ -264,9 +268,12 @@ def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
 
 def held_by(f: dict[str, Any], owner: str, now: float) -> bool:
     """Whether a data file's statistics show every row of it stored ``taken`` by
-    ``owner``, its lease and ttl running at ``now``, and its ids' bounds."""
-    return bool(f["rows"] and f["min_task_id"] is not None and f["max_task_id"] is not None
-                and f["min_status"] == "taken" == f["max_status"] and f["status_nulls"] == 0
+    ``owner``, its lease and ttl running at ``now``, and its ids' bounds; or
+    that it is a lease record (one row, ``LEASE``) of ``owner``'s, running."""
+    record = f["rows"] == 1 and f["min_status"] == LEASE == f["max_status"]
+    tasks = (f["min_task_id"] is not None and f["max_task_id"] is not None
+             and f["min_status"] == "taken" == f["max_status"])
+    return bool(f["rows"] and (record or tasks) and f["status_nulls"] == 0
                 and f["min_owner"] == owner == f["max_owner"] and f["owner_nulls"] == 0
                 and f["min_lease_end"] is not None and f["min_lease_end"] > now
                 and f["min_ttl_end"] is not None and f["min_ttl_end"] > now)

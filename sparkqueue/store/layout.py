@@ -38,7 +38,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 from urllib.parse import unquote
 
@@ -64,6 +64,7 @@ from .schema import (
     TASK_TABLE_COLUMNS,
     CommitTag,
     Cursor,
+    PutFile,
     parse_tag,
 )
 from .sql import with_ids
@@ -321,7 +322,7 @@ class Layout(LogReader):
             files = None if loaded is None else loaded[1]
         return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
 
-    def purge_inbox(self, tube: str, cursor: Cursor) -> int:
+    def purge_inbox(self, tube: str, cursor: Cursor, held: Sequence[PutFile] = ()) -> int:
         """Remove the inbox rows of the puts up to ``cursor`` (ingested); rows removed.
 
         The accelerator removes their files in one commit that reads no data.
@@ -333,17 +334,20 @@ class Layout(LogReader):
         are read after the table: a put the read saw is ingested or among
         them (and when one of those commits is gone from the log, nothing is
         purged). An inbox made before its rows carried tokens is left as it is.
+        ``held``: put files that lease records still read (``engine.records``),
+        kept whatever the cursor.
         """
         if self.accelerator is not None:
-            return self.accelerator.purge_inbox(tube, cursor)
+            return self.accelerator.purge_inbox(tube, cursor, held)
         if not self.inbox_has_tokens(tube):
             return 0
         inbox = self.inbox(tube)
         present = {r[0] for r in self.read(inbox).where("put_token IS NOT NULL")
                    .select("put_token").distinct().collect()}
         latest = self.latest_version(inbox)
-        infos = self.commit_infos(inbox, cursor.version, upto=latest)
-        if [v for v, _ in infos] != list(range(cursor.version + 1, latest + 1)):
+        since = min([cursor.version, *[f.version - 1 for f in held]])
+        infos = self.commit_infos(inbox, since, upto=latest)
+        if [v for v, _ in infos] != list(range(since + 1, latest + 1)):
             return 0  # a commit after the cursor is gone from the log: its puts unknown
         tags = [parse_tag(info.get("userMetadata")) for _, info in infos]
         pending = {t.get("tok") for t in tags if t is not None and t["sq"] == "put"}

@@ -20,6 +20,10 @@ CURSOR_LOOKBACK = 50
 
 MARKER = "_marker"
 
+#: The status of a lease record's row (``engine.records``): it sorts below every
+#: task's status, so file statistics tell a record's file from task files.
+LEASE = "_lease"
+
 
 #: The Delta transaction id (``txnAppId``) of every ingest into a tasks table.
 INGEST_TXN = "sq-ingest"

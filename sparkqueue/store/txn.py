@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from py4j.protocol import Py4JError
@@ -29,6 +29,7 @@ from .schema import (
     INGEST_TXN,
     CommitTag,
     Cursor,
+    PutFile,
 )
 from .tables import FEED, ingest_frame
 
@@ -251,7 +252,7 @@ class Accelerator:
         txn.registerSQLMetrics(self.spark._jsparkSession,
                                getattr(immutable, "from")(scala.asScala(metrics)))
 
-    def purge_inbox(self, tube: str, cursor: Cursor) -> int:
+    def purge_inbox(self, tube: str, cursor: Cursor, held: Sequence[PutFile] = ()) -> int:
         """Remove the inbox files of the puts up to ``cursor`` (ingested); rows removed.
 
         One commit of ``remove`` actions, tagged ``purge``, made through
@@ -260,10 +261,11 @@ class Accelerator:
         remain, whose rows are not ingested yet, keep every row in its place
         (a row's place is half its task id). It reads no data, so by Delta's
         conflict rules concurrent puts (blind appends) do not abort it.
+        ``held``: put files that lease records still read, kept.
         """
         txn = self.start_transaction(self.log.inbox(tube))
         newer, _ = self.log.put_files(tube, cursor, int(txn.snapshot().version()))
-        keep = {f.name for f in newer}
+        keep = {f.name for f in [*newer, *held]}
         old = [a for a in txn.snapshot().allFiles().collectAsList()
                if a.path().rsplit("/", 1)[-1] not in keep]
         if not old:
@@ -276,11 +278,13 @@ class Accelerator:
 
     def remove_files(self, path: str,
                      choose: Callable[[dict[str, dict[str, Any]]], list[str] | None],
-                     tag: CommitTag) -> int | None:
+                     tag: CommitTag, rows: int | None = None) -> int | None:
         """Remove whole the data files ``choose`` picks from the newest snapshot's
         (given their statistics, :meth:`files_at`), in one commit tagged ``tag``;
         the version committed, or None when it picked none (or the statistics
-        are not known without a Spark job).
+        are not known without a Spark job). ``rows``: how many rows the commit
+        deletes, for its operation metrics, where the files' own counts do not
+        say (a lease record's file stands for its tasks); by default theirs.
 
         No data file is read or written (a DELETE would read them and cannot
         name files). ``choose`` sees the files of the very snapshot the
@@ -298,7 +302,8 @@ class Accelerator:
         actions = self.jvm.java.util.ArrayList()
         for name in names:
             actions.add(self._removal(name, files[name]))
-        rows = sum(int(files[name]["rows"] or 0) for name in names)
+        if rows is None:
+            rows = sum(int(files[name]["rows"] or 0) for name in names)
         return self._commit_actions(txn, actions, tag, deleted_rows=rows)
 
     def replace_files(self, txn: Any, files: dict[str, dict[str, Any]], removed: list[str],

@@ -25,7 +25,8 @@ from sparkqueue import (
     worker,
 )
 from sparkqueue.engine import shards
-from sparkqueue.engine.ingest import ingest, live_tasks
+from sparkqueue.engine.ingest import ingest
+from sparkqueue.engine.records import live_tasks
 from sparkqueue.engine.take import take
 from sparkqueue.engine.take import take_with_acks as take_with_acks_of_the_engine
 from tests.conftest import ids, versions

@@ -18,7 +18,7 @@ from sparkqueue.store import (
     whole_files,
 )
 from sparkqueue.store.log import LogReader
-from sparkqueue.store.schema import LEASED_KNOWN
+from sparkqueue.store.schema import LEASE, LEASED_KNOWN
 from sparkqueue.store.sql import id_runs
 
 NOW = 1000.0
@@ -162,3 +162,28 @@ def test_a_process_keeps_the_newest_leased_groups_in_mind_and_forgets_the_oldest
     assert reader.whole_leased_files(path, files, [4, 6], "me", NOW) == ["f1"]
     assert reader.whole_leased_files(path, files, [4 * oldest, 4 * oldest + 2], "me",
                                      NOW) is None  # forgotten: its ack goes the slow way
+
+
+def record(owner: str = "a", lease: float = NOW + 30, ttl_end: float = math.inf,
+           ) -> dict[str, Any]:
+    """The statistics of a lease record's file (engine.records): one row, no task id."""
+    return {**file(0, 0, LEASE, owner=owner, lease=lease, ttl_end=ttl_end),
+            "min_task_id": None, "max_task_id": None}
+
+
+def test_a_lease_records_file_holds_ready_tasks_once_its_least_lease_or_ttl_ends() -> None:
+    assert not may_hold_ready(record(), NOW)
+    assert may_hold_ready(record(lease=NOW), NOW)
+    assert may_hold_ready(record(lease=NOW - 1, ttl_end=NOW - 1), NOW), (
+        "the record's ends are the least of its tasks': some may still be ready")
+    assert not may_hold(record(), "taken") and not may_hold(record(), "ready")
+
+
+def test_a_lease_record_is_whole_for_its_owners_ack_of_the_ids_it_is_known_to_hold() -> None:
+    files = {"r": record(), "f": file(5, 9, "taken", owner="a", lease=NOW + 30)}
+    known = {"r": (("r",), (0, 1, 2, 3, 4))}
+    assert whole_files(files, [0, 1, 2, 3, 4], "a", NOW, known=known) == ["r"]
+    assert sorted(whole_files(files, list(range(10)), "a", NOW, known=known) or []) == ["f", "r"]
+    assert whole_files(files, [0, 1, 2, 3, 4], "b", NOW, known=known) is None
+    assert whole_files(files, [0, 1, 2, 3, 4], "a", NOW + 30, known=known) is None
+    assert whole_files(files, [0, 1, 2, 3, 4], "a", NOW) is None, "unknown: not whole"

@@ -1,0 +1,151 @@
+"""Lease records: a take of new puts, the lowest ids first, commits one row for its
+lease instead of the leased task rows (``engine.records``).
+
+What every verb, reader and process sees is as if the take had written its
+tasks: peek, statistics, errors, expiry, the Consumer, truncate, the inbox
+purge, and a Queue without the accelerator. The owner's ack of the batch
+removes the record; anything else first writes the record out as its tasks
+(``settle``), in one MERGE that never brings back an acked batch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from chispa import assert_df_equality
+from pyspark.sql import DataFrame, SparkSession
+
+import sparkqueue
+from sparkqueue import Consumer, FakeClock, NotOwner, Queue, Tube
+from sparkqueue import store as st
+from sparkqueue.engine import records
+from sparkqueue.sweep import purge
+
+from .conftest import ids
+from .test_ack_files import operations
+
+
+def recorded(sq: Queue, n: int = 5, take: int | None = None,
+             **options: Any) -> tuple[Tube, DataFrame, int]:
+    """A tube of ``n`` new puts and a take of ``take`` (default all) of them, its
+    result and the tasks table's version before it."""
+    t = sq.create_tube("rec", "fifottl", **options)
+    t.put([{"n": i} for i in range(n)])
+    before = t.context.layout.latest_version(t.context.layout.tasks("rec"))
+    return t, t.take(take or n), before
+
+
+def stored(t: Tube, spark: SparkSession) -> list[tuple[Any, str]]:
+    """The tasks table's rows (not the cursor markers): (task_id, status)."""
+    rows = (spark.read.format("delta").load(t.context.layout.tasks("rec"))
+            .where(f"status <> '{st.MARKER}'").collect())
+    return sorted(((r["task_id"], r["status"]) for r in rows), key=repr)
+
+
+def test_a_take_of_new_puts_commits_its_lease_as_one_row_and_the_ack_removes_it(
+        sq: Queue, spark: SparkSession) -> None:
+    t, batch, before = recorded(sq)
+    assert stored(t, spark) == [(None, st.LEASE)], "one row for the whole lease"
+    assert operations(t, before) == [("WRITE", "ingest+take")]
+    assert sorted((r["task_id"], r["status"], r["owner"], r["taken_count"])
+                  for r in batch.collect()) == [(i, "taken", "consumer-a", 1) for i in range(5)]
+    assert_df_equality(t.peek(list(range(5))), batch, ignore_row_order=True)
+    stats = t.statistics()
+    assert stats["tasks"]["taken"] == 5 and stats["calls"]["take"] == 5
+    acked = t.ack(batch)
+    assert operations(t, before)[1:] == [("DELETE", "ack")]
+    assert sorted((r["task_id"], r["status"]) for r in acked.collect()) == [
+        (i, "done") for i in range(5)]
+    assert stored(t, spark) == []
+    stats = t.statistics()
+    assert stats["tasks"]["total"] == 0 and stats["tasks"]["done"] == 5
+    assert stats["calls"]["ack"] == 5
+
+
+def test_another_verb_on_recorded_tasks_writes_them_out_first(sq: Queue,
+                                                             spark: SparkSession) -> None:
+    t, batch, before = recorded(sq)
+    t.release([1, 3])
+    assert operations(t, before)[1:] == [("MERGE", "settle"), ("MERGE", "release")]
+    assert stored(t, spark) == [(0, "taken"), (1, "ready"), (2, "taken"), (3, "ready"),
+                                (4, "taken")]
+    assert ids(t.ack([0, 2, 4])) == [0, 2, 4]
+    assert ids(t.take(5)) == [1, 3]
+    assert t.statistics()["calls"]["take"] == 7, "the settle counts no call"
+
+
+def test_a_recorded_lease_that_ends_is_taken_again_and_refuses_the_old_ack(
+        sq: Queue, clock: FakeClock) -> None:
+    t, batch, _ = recorded(sq, ttr=30)
+    clock.advance(31)
+    assert {r["status"] for r in t.peek(list(range(5))).collect()} == {"ready"}
+    again = t.take(5, owner="consumer-b")
+    assert sorted((r["task_id"], r["taken_count"]) for r in again.collect()) == [
+        (i, 2) for i in range(5)]
+    with pytest.raises(NotOwner):
+        t.ack(batch)
+    assert ids(t.ack(again, owner="consumer-b")) == list(range(5))
+
+
+def test_a_settle_of_a_record_acked_meanwhile_brings_no_task_back(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The settle's source reads the record in the MERGE's own snapshot: a record
+    the settle chose but the owner acked first inserts nothing."""
+    t, batch, _ = recorded(sq)
+    ctx = t.context
+    chosen = records.records_at(ctx, ctx.layout.latest_version(ctx.layout.tasks("rec")))
+    assert len(chosen) == 1
+    t.ack(batch)
+    monkeypatch.setattr(records, "records_at", lambda *_: chosen)
+    records.settle(ctx, lambda _: True)
+    monkeypatch.undo()
+    assert stored(t, spark) == []
+    assert t.statistics()["tasks"]["total"] == 0
+
+
+def test_the_inbox_purge_keeps_the_puts_a_record_reads(sq: Queue) -> None:
+    t, batch, _ = recorded(sq)
+    assert purge(t) == 0, "the puts are the recorded tasks"
+    assert {r["status"] for r in t.peek(list(range(5))).collect()} == {"taken"}
+    assert sorted(r["n"] for r in t.ack(batch).select("data.n").collect()) == list(range(5))
+    assert purge(t) == 5
+
+
+def test_a_consumer_drains_through_lease_records_without_a_merge(
+        sq: Queue, spark: SparkSession) -> None:
+    t = sq.create_tube("rec", "fifottl")
+    for k in range(3):
+        t.put([{"n": 10 * k + i} for i in range(10)])
+    before = t.context.layout.latest_version(t.context.layout.tasks("rec"))
+    seen: list[int] = []
+    done = Consumer(t, lambda b: seen.extend(r["data"]["n"] for r in b.collect()), batch_size=10,
+                    take_timeout=0, idle_timeout=0).run().done
+    assert done == 30 and sorted(seen) == list(range(30))
+    assert {op for _, op in operations(t, before)} <= {"ingest+take", "ack"}
+    assert stored(t, spark) == []
+    stats = t.statistics()
+    assert stats["tasks"]["total"] == 0 and stats["calls"]["ack"] == 30
+
+
+def test_truncate_removes_lease_records(sq: Queue, spark: SparkSession) -> None:
+    t, _, _ = recorded(sq)
+    t.truncate()
+    assert stored(t, spark) == []
+    assert t.statistics()["tasks"]["total"] == 0
+    t.put([{"n": 9}])
+    assert ids(t.take(1)) == [5]
+
+
+def test_a_queue_without_the_accelerator_sees_and_releases_recorded_tasks(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock) -> None:
+    t, batch, _ = recorded(sq)
+    portable = sparkqueue.connect(spark, root, owner="admin", clock=clock,
+                                  engine="portable").tube("rec")
+    assert portable.statistics()["tasks"]["taken"] == 5
+    assert_df_equality(portable.peek(list(range(5))), batch, ignore_row_order=True)
+    with pytest.raises(NotOwner):
+        portable.ack([0])
+    assert portable.release_all() == 5
+    assert stored(t, spark) == [(i, "ready") for i in range(5)]
+    assert ids(portable.take(5)) == list(range(5))
