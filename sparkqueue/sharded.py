@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from . import store as st
 from . import streaming, validate
 from .engine import ingest as ing
-from .engine import ops, stats
+from .engine import ops, refusals, stats
 from .engine import put as putting
 from .engine import shards as sh
 from .errors import NotSupported
@@ -110,9 +110,9 @@ class ShardedTube(Tube):
             for k, ids in routed.items():
                 ctx = self._parts[k].context
                 frame = st.id_frame(ctx.spark, ids, ctx.shards) if isinstance(ids, list) else ids
-                rows += ctx.guarded(lambda c=ctx, f=frame: ops.offenders(  # type: ignore[misc]
+                rows += ctx.guarded(lambda c=ctx, f=frame: refusals.offenders(  # type: ignore[misc]
                     c, check, f, who, now))
-            error = ops.guard_error(self.name, rows, who)
+            error = refusals.guard_error(self.name, rows, who)
             if error is not None:
                 raise error
         return sh.union([verb(self._parts[k], ids) for k, ids in routed.items()])

@@ -177,13 +177,12 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         ctx.ingested_upto = upto
     if picked is None:  # (never with acks: they go only with a take's known head)
         return None
-    if record is not None:
-        return recorded_result(ctx, record, written, run, version,
-                               acked if acked else None, acking if acked else None)
-    if run is None and chosen_ids:  # chosen by id: their ack needs to know their files
+    if record is not None and run is not None:
+        noting_record(ctx, record, written, run)
+    elif run is None and chosen_ids:  # chosen by id: their ack needs to know their files
         run = noting_leased(ctx, written, count, chosen_ids)
     return leased_result(ctx, version, tag.token, (lo, hi), run, acking if acked else None,
-                         acked)
+                         acked, record)
 
 
 def choice(ctx: TubeContext, pending: DataFrame, files: dict[str, dict[str, Any]], n: int,
@@ -255,14 +254,16 @@ def with_lease(spans: list[RunRows], pending: DataFrame, chosen: DataFrame | tup
 
 def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, int],
                   run: list[int] | None, acking: list[int] | None = None,
-                  acked: list[str] | None = None) -> DataFrame:
+                  acked: list[str] | None = None, record: records.Record | None = None,
+                  ) -> DataFrame:
     """A take's result: the tasks its commit ``version`` (tagged ``token``) leased, ids
-    within ``span`` (``run``: them, where known), with their ``on_task_change``
-    events sent, after those of the ``acking`` ids the same commit acked
-    (removing the data files ``acked``)."""
+    within ``span`` (``run``: them, where known), or those its lease ``record``
+    holds, with their ``on_task_change`` events sent, after those of the
+    ``acking`` ids the same commit acked (removing the data files ``acked``)."""
     if acking and ctx.listening():  # (an ack's own call reads them as its result)
         ctx.emit(acked_result(ctx, version, token, acking, acked or []), "ack")
-    result = ctx.layout.changed_at(ctx.key, version, token, *span).select(*st.PUBLIC_COLUMNS)
+    result = (ctx.layout.changed_at(ctx.key, version, token, *span) if record is None
+              else records.expand(ctx, ctx.spark, record)).select(*st.PUBLIC_COLUMNS)
     note_taken_ids(result, run)
     ctx.emit(result, "take")
     return result
@@ -288,22 +289,14 @@ def recorded(ctx: TubeContext, cursor: st.Cursor, plan: FreshPlan, span: tuple[i
                           min(e[0] for e in ends), min(e[1] for e in ends), token)
 
 
-def recorded_result(ctx: TubeContext, record: records.Record, written: list[dict[str, Any]],
-                    run: list[int] | None, version: int, acked: list[str] | None,
-                    acking: list[int] | None) -> DataFrame:
-    """A recorded take's result (:func:`leased_result`): its tasks, as the record
-    tells them; the record's file written down for their ack."""
+def noting_record(ctx: TubeContext, record: records.Record, written: list[dict[str, Any]],
+                  run: list[int]) -> None:
+    """Write down the data file a take wrote its lease ``record`` to (among the
+    files it ``written``), for its tasks' ack (:meth:`Layout.note_leased`)."""
     path = ctx.layout.tasks(ctx.key)
     name = next(f["name"] for f in written if f["min_status"] == st.LEASE)
     records.remember(path, name, record)
-    assert run is not None
     ctx.layout.note_leased(path, [name], run)
-    if acking and ctx.listening():
-        ctx.emit(acked_result(ctx, version, record.token, acking, acked or []), "ack")
-    result = records.expand(ctx, ctx.spark, record).select(*st.PUBLIC_COLUMNS)
-    note_taken_ids(result, run)
-    ctx.emit(result, "take")
-    return result
 
 
 def acked_result(ctx: TubeContext, version: int, token: str, ids: list[int],

@@ -91,10 +91,6 @@ class Record:
                    (d["ids"][0], d["ids"][1]), d["action"], d["owner"],
                    float(d["lease_end"]), float(d["ttl_end"]), d["token"])
 
-    def count(self, step: int) -> int:
-        """How many tasks it leases (a shard's ids are ``step`` apart)."""
-        return (self.ids[1] - self.ids[0]) // step + 1
-
     def ended(self, now: float) -> bool:
         """Whether a lease or a ttl among its tasks may have ended by ``now``."""
         return min(self.lease_end, self.ttl_end) <= now
