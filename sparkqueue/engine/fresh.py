@@ -155,6 +155,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         picked = pick(sess, now, None, lambda _: head or choice(ctx, pending, files, n, win, now),
                       n if n <= COLLECT_UPTO else 0, step=ctx.shards)
         rows = [run.rows for run in spans]
+        local: list[dict[str, Any]] = []
         changes: DataFrame | None = pending.withColumn(st.CHANGE_TYPE, F.lit("insert"))
         record = None
         if picked is not None:
@@ -166,13 +167,14 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             record = (None if run is None or accelerator.keeps_feed(txn)
                       else recorded(ctx, cursor, plan, (lo, hi), action, who, tag.token, now))
             if record is not None:  # the lease alone: one row
-                rows, changes = [records.record_frame(sess, record, spans[0].rows)], None
+                rows, local, changes = [], [records.record_row(record)], None
             else:
                 rows, changes = with_lease(spans, pending, chosen if run is None else (lo, hi),
                                            action)
         version, written = accelerator.commit_ingest(txn, ctx.key, cursor, after, rows,
                                                      changes, tag,
-                                                     {name: files[name] for name in acked})
+                                                     {name: files[name] for name in acked},
+                                                     local, spans[0].rows.schema if local else None)
     if after.version >= upto:
         ctx.ingested_upto = upto
     if picked is None:  # (never with acks: they go only with a take's known head)

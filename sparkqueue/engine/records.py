@@ -44,7 +44,7 @@ from ..store import CommitTag, When, effective_status
 from .context import TubeContext
 from .ingest import as_stored, pending_rows, tasks_of_files
 
-__all__ = ["LEASE", "Record", "as_acked", "expand", "known", "live_tasks", "record_frame",
+__all__ = ["LEASE", "Record", "as_acked", "expand", "known", "live_tasks", "record_row",
            "holding", "records_at", "remember", "settle", "settle_ended", "settle_ids", "view",
            "with_action"]
 
@@ -110,16 +110,11 @@ def with_action(rows: DataFrame, action: dict[str, str], where: str | None = Non
                                       *extra)
 
 
-def record_frame(spark: SparkSession, record: Record, like: DataFrame) -> DataFrame:
-    """The record's row, with the columns of the task rows ``like`` (its payload NULL)."""
-    row = spark.createDataFrame(
-        [(LEASE, record.to_json(), record.lease_end, record.ttl_end,
-          min(record.lease_end, record.ttl_end), record.owner, record.token)],
-        f"status string, {DESCRIPTION} string, lease_end double, ttl_end double, "
-        "next_event double, owner string, change_token string")
-    return row.select(*[F.col(f.name) if f.name in row.columns
-                        else F.lit(None).cast(f.dataType).alias(f.name)
-                        for f in like.schema.fields])
+def record_row(record: Record) -> dict[str, Any]:
+    """The record's row of the tasks table (column name -> value; the others NULL)."""
+    return {"status": LEASE, DESCRIPTION: record.to_json(), "lease_end": record.lease_end,
+            "ttl_end": record.ttl_end, "next_event": min(record.lease_end, record.ttl_end),
+            "owner": record.owner, "change_token": record.token}
 
 
 def expand(ctx: TubeContext, spark: SparkSession, record: Record) -> DataFrame:

@@ -75,11 +75,12 @@ class HadoopFiles:
         self.spark = spark
         self.jvm = jvm
         self._fs: dict[tuple[str, str], Any] = {}  # (scheme, authority): FileSystem
+        self._path_class = jvm.org.apache.hadoop.fs.Path  # looked up once: a py4j call a name
         # (scheme, authority): the log store class that lists S3A from a key, or None
         self._listers: dict[tuple[str, str], Any] = {}
 
     def _path(self, file: str) -> tuple[Any, Any]:
-        path = self.jvm.org.apache.hadoop.fs.Path(file)
+        path = self._path_class(file)
         parts = urlparse(file)
         fs = self._fs.get((parts.scheme, parts.netloc))
         if fs is None:

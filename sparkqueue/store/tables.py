@@ -17,14 +17,14 @@ import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import reduce
-from typing import Literal
+from typing import Any, Literal
 
 from pyspark.sql import DataFrame, Row, SparkSession
 
 from .schema import MARKER, Cursor
 
-__all__ = ["FEED", "When", "feed_start", "ingest_frame", "is_path", "keep_feed", "keeps_feed",
-           "merge", "update", "delete", "vacuum", "sql_table"]
+__all__ = ["FEED", "When", "feed_start", "ingest_frame", "is_path", "marker_row", "keep_feed",
+           "keeps_feed", "merge", "update", "delete", "vacuum", "sql_table"]
 
 #: The table property that makes Delta keep a table's change data feed.
 FEED = "delta.enableChangeDataFeed"
@@ -138,6 +138,14 @@ def feed_start(spark: SparkSession, ref: str) -> int:
     return int(row[0] if row[0] is not None else row[1])
 
 
+def marker_row(cursor: Cursor) -> dict[str, Any]:
+    """The tasks table's row that marks ``cursor`` (:func:`ingest_frame`): column
+    name -> value, the others NULL."""
+    return {"task_id": -1 - cursor.txn_version(), "status": MARKER,
+            "inbox_version": cursor.version, "order_key": cursor.next_id,
+            "taken_count": cursor.partial}
+
+
 def ingest_frame(runs: list[DataFrame], cursor: Cursor) -> DataFrame:
     """``runs`` (ingested tasks, each a run of consecutive ids, or a take's chosen
     rows of such a run and the rest of it) laid out for the tasks table, with
@@ -155,8 +163,9 @@ def ingest_frame(runs: list[DataFrame], cursor: Cursor) -> DataFrame:
     each (the union keeps its inputs' partitions in writer sessions,
     ``paths.COMMIT_SETTINGS``).
     """
+    row = marker_row(cursor)
     marker = runs[0].sparkSession.createDataFrame(  # one row: one partition
-        [(-1 - cursor.txn_version(), MARKER, cursor.version, cursor.next_id, cursor.partial)],
+        [tuple(row.values())],
         "task_id long, status string, inbox_version long, order_key long, taken_count long",
     )
     frames = [run.coalesce(1).sortWithinPartitions("task_id") for run in runs]

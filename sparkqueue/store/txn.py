@@ -20,7 +20,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..errors import StorageError
-from . import schema
+from . import schema, smallfiles
 from .filestats import FILE_STATS, stats_of
 from .log import LogReader
 from .paths import settings
@@ -31,7 +31,7 @@ from .schema import (
     Cursor,
     PutFile,
 )
-from .tables import FEED, ingest_frame
+from .tables import FEED, ingest_frame, marker_row
 
 
 class Accelerator:
@@ -83,6 +83,7 @@ class Accelerator:
     def commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
                       runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag,
                       removed: dict[str, dict[str, Any]] | None = None,
+                      local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
                       ) -> tuple[int, list[dict[str, Any]]]:
         """Commit in ``txn`` (see :meth:`reading_all`) the ingest of ``runs`` (task
         rows, each written apart as :func:`ingest_frame` lays them out) from
@@ -97,6 +98,12 @@ class Accelerator:
         ``removed``: data files (their statistics, as :meth:`files_at` gives them)
         the same commit removes whole (a consumer's acked batch).
 
+        ``local``: rows (column name -> value) written each to a file of its own
+        (a take's lease record). With no ``runs`` and no change feed to write,
+        they and the marker are written from the driver (:meth:`_write_small`),
+        with no Spark job. ``like``: the task rows' schema, where no ``runs`` give
+        it (the payload column a new tube's first ingest adds).
+
         It records the ingest transaction id as :meth:`write_marker` does, so
         an ingest from the same cursor by that way is skipped or conflicts.
         An ingest already committed from ``since`` is not looked for: the
@@ -109,15 +116,25 @@ class Accelerator:
         meta = json.loads(txn.metadata().json())
         table = json.loads(meta["metaData"]["schemaString"])
         if all(f["name"] != "data" for f in table["fields"]):  # a new tube's first ingest
-            table["fields"].append(nullable(runs[0].schema["data"].jsonValue()))
+            shape = runs[0].schema if runs else like
+            assert shape is not None, "a new tube's first ingest needs its rows' schema"
+            table["fields"].append(nullable(shape["data"].jsonValue()))
             meta["metaData"]["schemaString"] = json.dumps(table)
             txn.updateMetadata(self._action(meta), False)
-        frame = ingest_frame(runs, cursor)
-        if changes is not None and self.keeps_feed(txn):
-            # one write: Delta sends the rows with a change type to the change feed's files
-            frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
-                changes, allowMissingColumns=True)
-        written = self._write(txn, frame, schema.TASK_FILE_ROWS, actions)
+        struct = T.StructType.fromJson(table)
+        feed = changes is not None and self.keeps_feed(txn)
+        written = None if runs or feed else self._write_small(
+            txn, struct, meta["metaData"].get("configuration") or {},
+            [*local, marker_row(cursor)], actions)
+        if written is None:
+            runs = [*runs, *[self.spark.createDataFrame(
+                [tuple(row.get(f.name) for f in struct.fields)], struct) for row in local]]
+            frame = ingest_frame(runs, cursor)
+            if changes is not None and feed:
+                # one write: Delta sends the rows with a change type to the change feed's files
+                frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
+                    changes, allowMissingColumns=True)
+            written = self._write(txn, frame, schema.TASK_FILE_ROWS, actions)
         for name, file in (removed or {}).items():
             actions.add(self._removal(name, file))
         return self._commit_actions(txn, actions, tag, appended=True), written
@@ -139,6 +156,38 @@ class Accelerator:
                 actions.add(add)
                 if add.getClass().getSimpleName() == "AddFile":
                     written.append({**stats_of(add.stats()), "name": add.path()})
+        return written
+
+    def _write_small(self, txn: Any, table: T.StructType, configuration: dict[str, str],
+                     rows: list[dict[str, Any]], actions: Any) -> list[dict[str, Any]] | None:
+        """Write ``rows`` in ``txn`` from the driver, each a one-row file of its own
+        (:mod:`.smallfiles`), adding their ``add`` actions to ``actions``; their
+        statistics as :meth:`_write` gives them. None, having written nothing,
+        where one of them cannot be written so (then :meth:`_write` does)."""
+        columns = smallfiles.stats_columns(configuration)
+        files = []
+        for row in rows:
+            stats = smallfiles.stats_json(row, columns, table) if columns else None
+            data = smallfiles.parquet_bytes(row, table) if stats else None
+            if stats is None or data is None:
+                return None
+            files.append((smallfiles.file_name(), data, stats))
+        hadoop = self.jvm.org.apache.hadoop.fs.Path
+        log = txn.deltaLog()
+        root = log.dataPath()
+        fs = root.getFileSystem(log.newDeltaHadoopConf())
+        written = []
+        for name, data, stats in files:
+            out = fs.create(hadoop(root, name), False)
+            try:
+                out.write(bytearray(data))
+            finally:
+                out.close()
+            actions.add(self._action({"add": {
+                "path": name, "partitionValues": {}, "size": len(data),
+                "modificationTime": int(time.time() * 1000), "dataChange": True,
+                "stats": stats}}))
+            written.append({**stats_of(stats), "name": name})
         return written
 
     def rewrite_files(self, path: str, names: list[str]) -> int:

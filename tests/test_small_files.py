@@ -1,0 +1,56 @@
+"""A take that commits only a lease record and the cursor's marker writes those
+one-row files from the driver (``store.smallfiles``): no Spark job, and the very
+statistics a Spark write of the same rows gives them, on which file skipping and
+the verbs' file statistics rest. What it cannot write so, Spark writes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql import SparkSession
+
+from sparkqueue import Queue
+from sparkqueue import store as st
+
+from .conftest import ids
+
+
+def last_adds(table: str) -> dict[str, dict[str, Any]]:
+    """The statistics of the files the newest commit of the local Delta table at
+    ``table`` added, by the status of their row."""
+    log = Path(table.removeprefix("file:")) / "_delta_log"
+    newest = max(log.glob("*.json"))
+    adds = [json.loads(line)["add"] for line in newest.read_text().splitlines()
+            if line.startswith('{"add"')]
+    stats = [json.loads(a["stats"]) for a in adds]
+    return {s["minValues"]["status"]: s for s in stats}
+
+
+@pytest.mark.parametrize("owner", ["consumer-a", "a-consumer-whose-name-is-long-indeed"])
+def test_a_recorded_take_writes_record_and_marker_with_the_statistics_of_a_spark_write(
+        sq: Queue, spark: SparkSession, tmp_path: Path, owner: str) -> None:
+    t = sq.create_tube("small", "fifottl")
+    t.put([{"n": i} for i in range(5)])
+    tasks = t.context.layout.tasks("small")
+    tracker = spark.sparkContext.statusTracker()
+    jobs = len(tracker.getJobIdsForGroup(None))
+    batch = t.take(5, owner=owner)
+    if len(owner) <= 32:
+        assert len(tracker.getJobIdsForGroup(None)) == jobs, "written from the driver"
+    ours = last_adds(tasks)
+    assert set(ours) == {st.LEASE, st.MARKER}
+    rows = spark.read.format("delta").load(tasks)
+    spark.sql(f"CREATE TABLE delta.`{tmp_path}/spark` USING delta TBLPROPERTIES "
+              f"('delta.dataSkippingStatsColumns' = '{','.join(st.STATS_COLUMNS)}', "
+              "'delta.dataSkippingNumIndexedCols' = '0') "
+              f"AS SELECT * FROM delta.`{tasks}` WHERE false")
+    for status in (st.LEASE, st.MARKER):
+        rows.where(f"status = '{status}'").write.format("delta").mode("append").save(
+            f"{tmp_path}/spark")
+        assert ours[status] == last_adds(f"{tmp_path}/spark")[status]
+    assert ids(batch) == [0, 1, 2, 3, 4]
+    assert ids(t.ack(batch, owner=owner)) == [0, 1, 2, 3, 4]
+    assert t.statistics()["tasks"]["total"] == 0
