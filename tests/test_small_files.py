@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import types as T
 
 from sparkqueue import Queue
 from sparkqueue import store as st
 
 from .conftest import ids
+from .test_ack_files import operations
 
 
 def last_adds(table: str) -> dict[str, dict[str, Any]]:
@@ -54,3 +56,28 @@ def test_a_recorded_take_writes_record_and_marker_with_the_statistics_of_a_spark
     assert ids(batch) == [0, 1, 2, 3, 4]
     assert ids(t.ack(batch, owner=owner)) == [0, 1, 2, 3, 4]
     assert t.statistics()["tasks"]["total"] == 0
+
+
+def test_a_new_tubes_first_put_gives_its_tasks_table_the_payload_column_alone(
+        sq: Queue, spark: SparkSession) -> None:
+    """A commit that adds the column and files both leaves the list of files out of
+    its checksum, and the next commit rebuilds the table's state in Spark jobs;
+    the first put's commit of the column alone keeps it, so the first ack of a
+    new tube's first take runs no Spark job, as every later one."""
+    t = sq.create_tube("first", "fifottl")
+    t.put([{"n": i, "odd`name": [str(i)], "m": {"k": 1.5}} for i in range(4)])
+    layout = t.context.layout
+    assert operations(t, 0) == [("ADD COLUMNS", "payload")]
+    put = spark.read.format("delta").load(layout.inbox("first")).schema["data"].dataType
+    assert spark.read.format("delta").load(layout.tasks("first")).schema["data"].dataType == (
+        T.StructType.fromJson(st.nullable(put.jsonValue())))
+    batch = t.take(4)
+    tracker = spark.sparkContext.statusTracker()
+    jobs = len(tracker.getJobIdsForGroup(None))
+    acked = t.ack(batch)
+    assert len(tracker.getJobIdsForGroup(None)) == jobs
+    assert ids(acked) == [0, 1, 2, 3]
+    assert operations(t, 0) == [("ADD COLUMNS", "payload"), ("WRITE", "ingest+take"),
+                                ("DELETE", "ack")]
+    calls = t.statistics()["calls"]
+    assert (calls["put"], calls["take"], calls["ack"]) == (4, 4, 4) and "payload" not in calls

@@ -265,6 +265,6 @@ def test_task_files_are_written_without_parquet_dictionaries(sq: Queue) -> None:
     encodings = {e for f in folder.glob("part-*.parquet")
                  for column in pq.ParquetFile(f).metadata.row_group(0).to_dict()["columns"]
                  for e in column["encodings"]}
-    assert operations(t, 0) == [("WRITE", "ingest+take"), ("WRITE", "ingest"),
-                                ("UPDATE", "take")]
+    assert operations(t, 0) == [("ADD COLUMNS", "payload"), ("WRITE", "ingest+take"),
+                                ("WRITE", "ingest"), ("UPDATE", "take")]
     assert encodings and not any("DICTIONARY" in e for e in encodings), encodings

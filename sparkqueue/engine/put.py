@@ -173,6 +173,8 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
             if capacity:  # a sink's micro-batch: its own transaction id, counted unserialized
                 wait_for_room(ctx, capacity, adding, until)
             appended = append(ctx, rows, tag, txn, tube_schema is None)
+        if appended and tube_schema is None:
+            give_payload_column(ctx)
         # read at the put's own version: the sweeper purges ingested inbox rows later
         found = [v for v, info in layout.commit_infos(inbox, before)
                  if tag.token in (info.get("userMetadata") or "")] if appended else []
@@ -192,6 +194,28 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
         assert row is not None
         return Task.from_row(row)
     return created
+
+
+def give_payload_column(ctx: TubeContext) -> None:
+    """Give a new tube's tasks table the payload column its first put gave the
+    inbox, in a commit of the schema alone (``ALTER TABLE ... ADD COLUMNS``).
+
+    Its first ingest would add the column otherwise, in the commit that adds
+    its files; Delta then leaves the list of files out of that version's
+    checksum file, and the commit after it (a first ack) rebuilds the table's
+    state to write it again (two Spark jobs, a second or more here). A commit
+    of the schema alone keeps the list. It may fail: another process's put or
+    ingest added the column first, or Delta cannot spell the type. The put
+    is committed either way, and an ingest adds the column where it is not.
+    """
+    payload = payload_schema(ctx)
+    if payload is None:
+        return
+    with ctx.layout.tagged(CommitTag.new("payload")) as sess:
+        try:
+            st.add_column(sess, ctx.layout.tasks(ctx.key), "data", payload)
+        except Exception:  # noqa: BLE001 (see above: nothing to undo, nothing lost)
+            return
 
 
 def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptions,

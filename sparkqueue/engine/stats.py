@@ -34,7 +34,7 @@ CALL_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
 }
 
 #: Commits of the machinery, not of a Tarantool verb: they count no calls.
-NOT_CALLS = frozenset({"ingest", "create", "truncate", "sweep", "purge", "settle"})
+NOT_CALLS = frozenset({"ingest", "create", "payload", "truncate", "sweep", "purge", "settle"})
 
 #: Operations whose tasks count as completed (``tasks.done``).
 COMPLETING = ("ack", "delete", "done", "ttl")

@@ -62,6 +62,7 @@ from .schema import (
     Cursor,
     PutFile,
     inbox_schema,
+    nullable,
     parse_tag,
 )
 from .sql import (
@@ -79,6 +80,7 @@ from .sql import (
 )
 from .tables import (
     When,
+    add_column,
     delete,
     feed_start,
     is_path,
@@ -90,7 +92,7 @@ from .tables import (
 )
 
 __all__ = [
-    "append", "is_path", "read", "read_stream",
+    "add_column", "append", "is_path", "read", "read_stream",
     "CHANGE_TYPE", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "LEASE", "MARKER",
     "PUBLIC_COLUMNS",
     "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS", "TASK_COLUMNS", "TASK_FILE_ROWS",
@@ -100,7 +102,8 @@ __all__ = [
     "effective_status", "feed_start", "file_entry", "first_line", "guard_failure", "head_bound",
     "head_files", "head_key", "id_frame", "id_runs", "inbox_schema", "is_conflict",
     "is_missing_table", "keep_feed", "keeps_feed", "may_hold", "may_hold_ready",
-    "merge", "missing_table_error", "next_event", "parse_tag", "raise_guard", "raise_missing",
+    "merge", "missing_table_error", "next_event", "nullable", "parse_tag", "raise_guard",
+    "raise_missing",
     "reaches", "ready_head", "ready_when", "retrying", "shard_key", "sql_literal", "sql_num",
     "stats_of", "typed_guard_error", "update", "vacuum", "whole_files", "with_ids", "without_ids",
 ]

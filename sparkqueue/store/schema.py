@@ -216,3 +216,14 @@ def parse_tag(user_metadata: str | None) -> dict[str, Any] | None:
     except ValueError:
         return None
     return tag if isinstance(tag, dict) and "sq" in tag else None
+
+
+def nullable(field: Any) -> Any:
+    """A Delta schema's JSON (a field, a type, or a part of one) with every field,
+    array element and map value nullable."""
+    if isinstance(field, list):
+        return [nullable(f) for f in field]
+    if not isinstance(field, dict):
+        return field
+    flags = {k: True for k in ("nullable", "containsNull", "valueContainsNull") if k in field}
+    return {k: nullable(v) for k, v in field.items()} | flags

@@ -84,7 +84,7 @@ def parquet_bytes(row: Mapping[str, Any], table: T.StructType) -> bytes | None:
     batch = pa.table({f.name: pa.array([row.get(f.name)], type=f.type) for f in arrow},
                      schema=arrow)
     out = io.BytesIO()
-    pq.write_table(batch, out, compression="snappy")
+    pq.write_table(batch, out, compression="snappy", use_dictionary=False)  # as the tube writes
     return out.getvalue()
 
 

@@ -7,6 +7,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from . import schema
 
@@ -29,6 +30,19 @@ def sql_literal(value: Any, kind: str) -> str:
     if kind == "string":
         return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
     return sql_num(float(value)) if kind == "double" else f"CAST({int(value)} AS BIGINT)"
+
+
+def sql_type(kind: T.DataType) -> str:
+    """``kind`` as SQL spells a column's type (DDL), every field name quoted."""
+    if isinstance(kind, T.StructType):
+        fields = ", ".join(f"`{f.name.replace('`', '``')}`: {sql_type(f.dataType)}"
+                           for f in kind.fields)
+        return f"STRUCT<{fields}>"
+    if isinstance(kind, T.ArrayType):
+        return f"ARRAY<{sql_type(kind.elementType)}>"
+    if isinstance(kind, T.MapType):
+        return f"MAP<{sql_type(kind.keyType)}, {sql_type(kind.valueType)}>"
+    return kind.simpleString()
 
 
 def effective_status(now: float, prefix: str = "") -> str:

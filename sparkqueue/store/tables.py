@@ -20,11 +20,13 @@ from functools import reduce
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame, Row, SparkSession
+from pyspark.sql import types as T
 
 from .schema import MARKER, Cursor
+from .sql import sql_type
 
-__all__ = ["FEED", "When", "feed_start", "ingest_frame", "is_path", "marker_row", "keep_feed",
-           "keeps_feed", "merge", "update", "delete", "vacuum", "sql_table"]
+__all__ = ["FEED", "When", "add_column", "feed_start", "ingest_frame", "is_path", "marker_row",
+           "keep_feed", "keeps_feed", "merge", "update", "delete", "vacuum", "sql_table"]
 
 #: The table property that makes Delta keep a table's change data feed.
 FEED = "delta.enableChangeDataFeed"
@@ -105,6 +107,12 @@ def update(spark: SparkSession, ref: str, condition: str, values: Values) -> Non
 def delete(spark: SparkSession, ref: str, condition: str) -> None:
     """DELETE the rows of the table ``ref`` where ``condition`` (SQL) holds."""
     spark.sql(f"DELETE FROM {sql_table(ref)} WHERE {condition}")
+
+
+def add_column(spark: SparkSession, ref: str, name: str, kind: T.DataType) -> None:
+    """Add the column ``name`` of type ``kind`` (nullable in every part) to the table
+    ``ref``: a commit of the schema alone."""
+    spark.sql(f"ALTER TABLE {sql_table(ref)} ADD COLUMNS (`{name}` {sql_type(kind)})")
 
 
 def vacuum(spark: SparkSession, ref: str, retention_hours: float) -> None:

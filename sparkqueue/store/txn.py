@@ -30,6 +30,7 @@ from .schema import (
     CommitTag,
     Cursor,
     PutFile,
+    nullable,
 )
 from .tables import FEED, ingest_frame, marker_row
 
@@ -408,17 +409,6 @@ class Accelerator:
         ).collect()
         return version, {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS},
                                      "size": r["size"]} for r in rows}  # as file_entry
-
-
-def nullable(field: Any) -> Any:
-    """A Delta schema's JSON (a field, a type, or a part of one) with every field,
-    array element and map value nullable."""
-    if isinstance(field, list):
-        return [nullable(f) for f in field]
-    if not isinstance(field, dict):
-        return field
-    flags = {k: True for k in ("nullable", "containsNull", "valueContainsNull") if k in field}
-    return {k: nullable(v) for k, v in field.items()} | flags
 
 
 def _schema(txn: Any) -> T.StructType:
