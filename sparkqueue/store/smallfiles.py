@@ -71,12 +71,14 @@ def stats_json(row: Mapping[str, Any], columns: Sequence[str],
 
 def parquet_bytes(row: Mapping[str, Any], table: T.StructType) -> bytes | None:
     """A parquet file of the one ``row`` (column name -> value; absent: NULL) laid
-    out as the ``table``'s schema, as Spark's reader reads it; None when Arrow
-    has no type for one of its columns."""
+    out as the ``table``'s schema, as Spark's reader reads it; None when one of
+    its columns is of a type not :func:`plain`, or Arrow has none for it."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pyspark.sql.pandas.types import to_arrow_schema
 
+    if not plain(table):
+        return None
     try:
         arrow = to_arrow_schema(table, timezone="UTC")
     except (TypeError, ValueError, NotImplementedError):
@@ -86,6 +88,23 @@ def parquet_bytes(row: Mapping[str, Any], table: T.StructType) -> bytes | None:
     out = io.BytesIO()
     pq.write_table(batch, out, compression="snappy", use_dictionary=False)  # as the tube writes
     return out.getvalue()
+
+
+#: Types whose parquet form from Arrow Spark reads back as the same type.
+PLAIN_TYPES = (T.BooleanType, T.ByteType, T.ShortType, T.IntegerType, T.LongType, T.FloatType,
+               T.DoubleType, T.DecimalType, T.StringType, T.BinaryType, T.DateType,
+               T.TimestampType, T.TimestampNTZType)
+
+
+def plain(kind: T.DataType) -> bool:
+    """Whether ``kind`` is made of :data:`PLAIN_TYPES` alone (in structs, arrays, maps)."""
+    if isinstance(kind, T.StructType):
+        return all(plain(f.dataType) for f in kind.fields)
+    if isinstance(kind, T.ArrayType):
+        return plain(kind.elementType)
+    if isinstance(kind, T.MapType):
+        return plain(kind.keyType) and plain(kind.valueType)
+    return isinstance(kind, PLAIN_TYPES) and not isinstance(kind, (T.CharType, T.VarcharType))
 
 
 def file_name() -> str:
