@@ -2,12 +2,12 @@
 take's lease record, as parquet bytes with the statistics Delta would give
 them, so that a commit of nothing else runs no Spark job.
 
-A Spark write of a row or two still plans, schedules and runs a job (about
-half a second of a recorded take's second here); pyarrow writes the same
-file in milliseconds. Whatever these functions cannot write exactly as Delta
-would (a type Arrow lacks, a value Delta's statistics would truncate or
-spell otherwise, a table that wants more than plain files) they refuse
-(None), and the caller writes through Spark.
+A Spark write of a row or two still plans, schedules and runs a job, the
+only one a recorded take ran; pyarrow writes the same file without one.
+Whatever these functions cannot write exactly as Delta would (a type not
+plain, a value Delta's statistics would truncate or spell otherwise, a
+table that wants more than plain files) they refuse (None), and the
+caller writes through Spark.
 """
 
 from __future__ import annotations
