@@ -203,10 +203,10 @@ def give_payload_column(ctx: TubeContext) -> None:
     Its first ingest would add the column otherwise, in the commit that adds
     its files; Delta then leaves the list of files out of that version's
     checksum file, and the commit after it (a first ack) rebuilds the table's
-    state to write it again (two Spark jobs). A commit
-    of the schema alone keeps the list. It may fail: another process's put or
-    ingest added the column first, or Delta cannot spell the type. The put
-    is committed either way, and an ingest adds the column where it is not.
+    state to write it again (two Spark jobs). A commit of the schema alone
+    keeps the list. It may fail: another process's put or ingest added the
+    column first, or Delta cannot spell the type. The put is committed either
+    way, and an ingest adds the column where it is not.
     """
     payload = payload_schema(ctx)
     if payload is None:
