@@ -6,8 +6,12 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
+import time
 from importlib.metadata import version
 from typing import Any
+
+#: figures that go in the report's header, not its table
+HEADER = ("machine", "cores", "date", "sparkqueue", "core_speed_start_s", "core_speed_end_s")
 
 
 def git_commit() -> str:
@@ -31,12 +35,23 @@ def machine() -> str:
             f"delta-spark {version('delta-spark')}")
 
 
+def core_speed() -> float:
+    """Seconds a pure-Python loop of 20,000,000 additions takes: one core's speed, so
+    that a reader can tell whether two reports ran on machines alike (hosts of one
+    machine type differ; the benchmark's absolute figures follow this one)."""
+    start = time.perf_counter()
+    total = 0
+    for i in range(20_000_000):
+        total += i
+    return time.perf_counter() - start
+
+
 def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:
     """Write one run as Markdown: when, at which commit, where, how, and every figure
     (seconds, tasks per second) and ratio (time over the baseline's time)."""
     ratios = {k: v for k, v in figures.items() if k.endswith("_ratio")}
     values = {k: v for k, v in figures.items()
-              if k not in ratios and k not in ("machine", "cores", "date", "sparkqueue")}
+              if k not in ratios and k not in HEADER}
 
     def shown(v: Any) -> str:
         return f"{v:,.3f}" if isinstance(v, float) else str(v)
@@ -49,6 +64,9 @@ def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:
         "Ratios are time over the baseline's time (below 1: faster than the baseline).",
         "", f"- date: {figures['date']}", f"- commit: {git_commit()}",
         f"- machine: {machine()}",
+        "- one core's speed (a Python loop of 20,000,000 additions, seconds): "
+        f"{figures['core_speed_start_s']:.2f} before the run, "
+        f"{figures['core_speed_end_s']:.2f} after it",
         f"- command: `python jobs/benchmark.py {' '.join(argv)}`", "",
         "## Ratios", "", "| figure | ratio |", "| --- | ---: |",
         *[f"| {k.removesuffix('_ratio')} | {shown(v)} |" for k, v in ratios.items()], "",

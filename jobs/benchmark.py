@@ -87,7 +87,7 @@ from typing import Any
 
 from bench_e2e import Sizes, bench_e2e
 from bench_engines import bench_engines, consume_all, ingested, payload, say, timed
-from bench_report import write_report
+from bench_report import core_speed, write_report
 from bench_s3 import bench_s3
 from bench_shards import bench_shards
 from bench_verbs import bench_drain, bench_put, bench_take, drain_all, take_tubes
@@ -328,6 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": f"{platform.node()} {platform.machine()} {platform.system()}",
         "cores": spark.sparkContext.defaultParallelism, "rows": args.rows,
         "date": time.strftime("%Y-%m-%d"), "sparkqueue": sparkqueue.__version__,
+        "core_speed_start_s": core_speed(),
     }
     sections = set(args.sections.split(","))
     rows = payload(spark, args.rows).localCheckpoint(eager=True)
@@ -374,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.scale:
         bench_scale(spark, sq, args.big, args.repeat, figures)
 
+    figures["core_speed_end_s"] = core_speed()
     width = max(len(k) for k in figures)
     print("\nsparkqueue benchmark")
     for key, value in figures.items():
