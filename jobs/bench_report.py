@@ -36,9 +36,11 @@ def machine() -> str:
 
 
 def core_speed() -> float:
-    """Seconds a pure-Python loop of 20,000,000 additions takes: one core's speed, so
-    that a reader can tell whether two reports ran on machines alike (hosts of one
-    machine type differ; the benchmark's absolute figures follow this one)."""
+    """Seconds a pure-Python loop of 20,000,000 additions takes: one core's speed for
+    Python alone. Hosts of one machine type differ; where two runs' loops differ,
+    so did their cores. Spark's JVM can run slower while the loop does not (its
+    work leans on memory, caches and more threads): the plain-Delta baselines
+    measure that, which is why the figures are compared as ratios."""
     start = time.perf_counter()
     total = 0
     for i in range(20_000_000):
