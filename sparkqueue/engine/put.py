@@ -109,7 +109,7 @@ def payload_of(ctx: TubeContext, data: Any,
     incoming = frame.schema
     if tube_schema is None or _fields(incoming) == _fields(tube_schema):
         # as it is: one SQL expression, not a Column per field (each a JVM round trip)
-        return frame, F.expr(f"struct({', '.join(map(quoted, frame.columns))})")
+        return frame, F.expr(f"struct({', '.join(map(st.quoted, frame.columns))})")
     return frame, conform(incoming, tube_schema, ctx.name)
 
 
@@ -173,8 +173,6 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
             if capacity:  # a sink's micro-batch: its own transaction id, counted unserialized
                 wait_for_room(ctx, capacity, adding, until)
             appended = append(ctx, rows, tag, txn, tube_schema is None)
-        if appended and tube_schema is None:
-            give_payload_column(ctx)
         # read at the put's own version: the sweeper purges ingested inbox rows later
         found = [v for v, info in layout.commit_infos(inbox, before)
                  if tag.token in (info.get("userMetadata") or "")] if appended else []
@@ -185,6 +183,8 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
         if not capacity:  # Delta commits no append of no rows
             return empty(ctx)
     version = found[0]
+    if tube_schema is None:
+        give_payload_column(ctx)
     pending = pending_rows(ctx, ctx.spark, anchor, version, after=version - 1,
                            columns=st.PUBLIC_COLUMNS)
     created = empty(ctx) if pending is None else pending
@@ -328,17 +328,13 @@ def conform(incoming: T.StructType, tube: T.StructType, name: str) -> Column:
                              f"{tube.simpleString()}): {'; '.join(problems)}")
     present = set(incoming.fieldNames())
     return F.struct(*[
-        (F.col(quoted(f.name)).cast(f.dataType) if f.name in present
+        (F.col(st.quoted(f.name)).cast(f.dataType) if f.name in present
          else F.lit(None).cast(f.dataType)).alias(f.name) for f in tube.fields
     ])
 
 def _fields(schema: T.StructType) -> list[tuple[str, T.DataType]]:
     """Each field's name and type, its nullability left out (as an append ignores it)."""
     return [(f.name, f.dataType) for f in schema.fields]
-
-def quoted(name: str) -> str:
-    """A column name as a SQL identifier."""
-    return "`" + name.replace("`", "``") + "`"
 
 _INTEGRAL = (T.ByteType, T.ShortType, T.IntegerType, T.LongType)
 

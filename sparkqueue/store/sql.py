@@ -32,10 +32,15 @@ def sql_literal(value: Any, kind: str) -> str:
     return sql_num(float(value)) if kind == "double" else f"CAST({int(value)} AS BIGINT)"
 
 
+def quoted(name: str) -> str:
+    """A column or field name as a SQL identifier (backquoted, inner backquotes doubled)."""
+    return "`" + name.replace("`", "``") + "`"
+
+
 def sql_type(kind: T.DataType) -> str:
     """``kind`` as SQL spells a column's type (DDL), every field name quoted."""
     if isinstance(kind, T.StructType):
-        fields = ", ".join(f"`{f.name.replace('`', '``')}`: {sql_type(f.dataType)}"
+        fields = ", ".join(f"{quoted(f.name)}: {sql_type(f.dataType)}"
                            for f in kind.fields)
         return f"STRUCT<{fields}>"
     if isinstance(kind, T.ArrayType):

@@ -23,7 +23,7 @@ from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import types as T
 
 from .schema import MARKER, Cursor
-from .sql import sql_type
+from .sql import quoted, sql_type
 
 __all__ = ["FEED", "When", "add_column", "feed_start", "ingest_frame", "is_path", "marker_row",
            "keep_feed", "keeps_feed", "merge", "update", "delete", "vacuum", "sql_table"]
@@ -112,7 +112,7 @@ def delete(spark: SparkSession, ref: str, condition: str) -> None:
 def add_column(spark: SparkSession, ref: str, name: str, kind: T.DataType) -> None:
     """Add the column ``name`` of type ``kind`` (nullable in every part) to the table
     ``ref``: a commit of the schema alone."""
-    spark.sql(f"ALTER TABLE {sql_table(ref)} ADD COLUMNS (`{name}` {sql_type(kind)})")
+    spark.sql(f"ALTER TABLE {sql_table(ref)} ADD COLUMNS ({quoted(name)} {sql_type(kind)})")
 
 
 def vacuum(spark: SparkSession, ref: str, retention_hours: float) -> None:

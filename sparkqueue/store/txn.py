@@ -45,6 +45,7 @@ class Accelerator:
         self.log = log
         self.spark = log.spark
         self.jvm = jvm
+        self._path_class = jvm.org.apache.hadoop.fs.Path  # looked up once: a py4j call a name
 
     def reading_all(self, path: str) -> Any:
         """A Delta transaction on the newest snapshot of ``path`` that has read all of it.
@@ -173,13 +174,12 @@ class Accelerator:
             if stats is None or data is None:
                 return None
             files.append((smallfiles.file_name(), data, stats))
-        hadoop = self.jvm.org.apache.hadoop.fs.Path
         log = txn.deltaLog()
         root = log.dataPath()
         fs = root.getFileSystem(log.newDeltaHadoopConf())
         written = []
         for name, data, stats in files:
-            out = fs.create(hadoop(root, name), False)
+            out = fs.create(self._path_class(root, name), False)
             try:
                 out.write(bytearray(data))
             finally:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from chispa import assert_df_equality
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import SparkSession
 
 import sparkqueue
@@ -155,6 +156,26 @@ def test_a_tube_keeps_no_feed_until_changes_turns_it_on_from_then(
     query.awaitTermination()
     got = spark.table("changes_from_on").select("task_id", "status", "event")
     expected = spark.createDataFrame([(0, "done", "delete"), (1, "buried", "bury")], got.schema)
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_changes_stream_started_before_the_first_put_stops_at_its_payload_column(
+        sq: Queue, spark: SparkSession) -> None:
+    t = sq.create_tube("t", "fifottl", change_feed=True)
+    query = t.changes().writeStream.format("memory").queryName("changes_early").start()
+    try:
+        query.processAllAvailable()
+        t.put([{"n": 0}])  # gives the tasks table its payload column: a schema change
+        with pytest.raises(StreamingQueryException, match="(?i)schema"):
+            query.processAllAvailable()
+    finally:
+        query.stop()
+    assert ids(t.take(1)) == [0]
+    again = (t.changes(starting_version=0).writeStream.format("memory")
+             .queryName("changes_restarted").trigger(availableNow=True).start())
+    again.awaitTermination()  # started again, it reads on in the new schema
+    got = spark.table("changes_restarted").select("task_id", "status", "data.n")
+    expected = spark.createDataFrame([(0, "ready", 0), (0, "taken", 0)], got.schema)
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
