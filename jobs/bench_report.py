@@ -36,11 +36,11 @@ def machine() -> str:
 
 
 def core_speed() -> float:
-    """Seconds a pure-Python loop of 20,000,000 additions takes: one core's speed for
-    Python alone. Hosts of one machine type differ; where two runs' loops differ,
-    so did their cores. Spark's JVM can run slower while the loop does not (its
-    work leans on memory, caches and more threads): the plain-Delta baselines
-    measure that, which is why the figures are compared as ratios."""
+    """Seconds a pure-Python loop of 20,000,000 additions takes: a hint of one core's
+    speed for Python alone, before and after a run. Hosts of one machine type
+    differ, and a shared host's speed varies from minute to minute; Spark's JVM
+    can run slower while the loop does not. The plain-Delta baselines measure the
+    host for what the benchmark does, which is why figures are compared as ratios."""
     start = time.perf_counter()
     total = 0
     for i in range(20_000_000):
