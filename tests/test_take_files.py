@@ -268,3 +268,30 @@ def test_task_files_are_written_without_parquet_dictionaries(sq: Queue) -> None:
     assert operations(t, 0) == [("ADD COLUMNS", "payload"), ("WRITE", "ingest+take"),
                                 ("WRITE", "ingest"), ("UPDATE", "take")]
     assert encodings and not any("DICTIONARY" in e for e in encodings), encodings
+
+
+def test_a_drains_rounds_read_no_table_state_once_its_files_statistics_are_known(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A take looks for ended leases at the newest version this process knows,
+    its own last commit among them, whose file statistics it holds: no round
+    of take and ack loads them from the snapshot's state again (Spark jobs
+    each round on a table of too many files, 50 here, for Delta's checksum
+    file to list them)."""
+    monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 1)
+    t = ingested(sq, "rounds", [{"n": i} for i in range(60)])
+    accelerator = t.context.layout.accelerator
+    assert accelerator is not None
+    loads: list[str] = []
+    load = accelerator.load_file_stats
+
+    def counted(path: str) -> Any:
+        loads.append(path)
+        return load(path)
+
+    monkeypatch.setattr(accelerator, "load_file_stats", counted)
+    for first in (0, 3, 6):
+        batch = t.take(3)
+        assert ids(batch) == [first, first + 1, first + 2]
+        assert ids(t.ack(batch)) == [first, first + 1, first + 2]
+    assert loads == []
+    assert t.statistics()["tasks"]["total"] == 51

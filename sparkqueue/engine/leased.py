@@ -74,7 +74,7 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
         with layout.tagged(tag) as sess:
             rows = with_action(task_rows(ctx, sess, names, files),
                                action_set(op, tag, lease_context(now, who)))
-            version, written = accelerator.replace_files(txn, files, names, rows, tag,
+            version, written = accelerator.replace_files(path, txn, files, names, rows, tag,
                                                          file_rows(len(ids)), len(ids))
         if "status" not in op.action:  # still leased (a touch): their ack removes them whole
             layout.note_leased(path, [f["name"] for f in written], ids)

@@ -220,7 +220,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
             leased = (leasing(rows, take, tag, n, plan.held, who, now) if plan.ids is None
                       else leasing_ids(rows, take, tag, plan.ids, ctx.shards, who, now))
             version, written = accelerator.replace_files(
-                txn, files, plan.names + acked, leased, tag, file_rows(n))
+                path, txn, files, plan.names + acked, leased, tag, file_rows(n))
         run = noting_leased(ctx, written, plan.leases, plan.ids)
         return leased_result(ctx, version, tag.token, (plan.lo, plan.hi), run, acking, acked)
 

@@ -95,7 +95,8 @@ class LogReader(Paths):
 
     def known_version(self, path: str) -> int:
         """The version of the table at ``path`` that this process read last with
-        :meth:`latest_version` (read now when it has read none).
+        :meth:`latest_version`, or committed itself since (:meth:`note_version`);
+        read now when it knows none.
 
         For a reader that follows right after a write's own read of the
         newest version (a take's choice, after the ``before`` its commit is
@@ -106,6 +107,11 @@ class LogReader(Paths):
         """
         known = self._versions.get(path)
         return self.latest_version(path) if known is None else known
+
+    def note_version(self, path: str, version: int) -> None:
+        """Write down that the table at ``path`` has reached ``version`` (a commit
+        this process made or found): :meth:`known_version` answers no older."""
+        self._versions[path] = max(self._versions.get(path, -1), version)
 
     def newest_version(self, ref: str) -> int | None:
         """The newest version of the table ``ref``; None when there is none. (A
@@ -177,7 +183,7 @@ class LogReader(Paths):
             return None
         info = commit_info(text)
         if info is not None and token in (info.get("userMetadata") or ""):
-            self._versions[path] = max(self._versions.get(path, -1), first)
+            self.note_version(path, first)
             return first, dict(info.get("operationMetrics") or {})
         for version, info in self.commit_infos(path, first):  # another writer's was first
             if token in (info.get("userMetadata") or ""):

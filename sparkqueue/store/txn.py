@@ -139,7 +139,8 @@ class Accelerator:
             written = self._write(txn, frame, schema.TASK_FILE_ROWS, actions)
         for name, file in (removed or {}).items():
             actions.add(self._removal(name, file))
-        return self._commit_actions(txn, actions, tag, appended=True), written
+        return (self._commit_actions(self.log.tasks(tube), txn, actions, tag, appended=True),
+                written)
 
     @staticmethod
     def _write(txn: Any, frame: DataFrame, file_rows: int, actions: Any,
@@ -221,7 +222,7 @@ class Accelerator:
         now = int(time.time() * 1000)
         for a in old:
             actions.add(a.removeWithTimestamp(now, False))
-        self._commit_actions(txn, actions)
+        self._commit_actions(path, txn, actions)
         return len(old)
 
     def _action(self, action: dict[str, Any]) -> Any:
@@ -241,11 +242,15 @@ class Accelerator:
             raise StorageError(path, "no Delta table to commit to")
         return txn
 
-    def _commit_actions(self, txn: Any, actions: Any, tag: CommitTag | None = None,
+    def _commit_actions(self, path: str, txn: Any, actions: Any, tag: CommitTag | None = None,
                         deleted_rows: int | None = None, appended: bool = False,
                         updated: bool = False, updated_rows: int | None = None) -> int:
-        """Commit Delta ``actions`` in ``txn``; ``tag``: its userMetadata. The version
-        committed.
+        """Commit Delta ``actions`` in ``txn`` on the table at ``path``; ``tag``: its
+        userMetadata. The version committed, which the log reader notes as
+        read (:meth:`LogReader.note_version`): what this process reads next by
+        :meth:`LogReader.known_version` is then at least its own commit, whose
+        file statistics it holds (a choice at an older version would rebuild
+        the snapshot's state, as a settle after a take did).
 
         ``deleted_rows``: the actions only remove files, holding that many
         rows; the commit is then a DELETE (no predicate, its row and file
@@ -277,15 +282,18 @@ class Accelerator:
             self._metrics(txn, {"numDeletedRows": deleted_rows, "numRemovedFiles": len(actions)})
         actions = jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq()
         if tag is None:
-            return int(txn.commit(actions, operation))
-        sessions = SparkSession._get_j_spark_session_class(jvm)
-        with self.log.tagged(tag) as sess:
-            # Delta takes commitInfo.userMetadata from the thread's active session
-            sessions.setActiveSession(sess._jsparkSession)
-            try:
-                return int(txn.commit(actions, operation))
-            finally:
-                sessions.setActiveSession(self.spark._jsparkSession)
+            version = int(txn.commit(actions, operation))
+        else:
+            sessions = SparkSession._get_j_spark_session_class(jvm)
+            with self.log.tagged(tag) as sess:
+                # Delta takes commitInfo.userMetadata from the thread's active session
+                sessions.setActiveSession(sess._jsparkSession)
+                try:
+                    version = int(txn.commit(actions, operation))
+                finally:
+                    sessions.setActiveSession(self.spark._jsparkSession)
+        self.log.note_version(path, version)
+        return version
 
     def _metrics(self, txn: Any, values: dict[str, int]) -> None:
         """Give ``txn``'s commit these operation metrics (what DESCRIBE HISTORY
@@ -313,7 +321,8 @@ class Accelerator:
         conflict rules concurrent puts (blind appends) do not abort it.
         ``held``: put files that lease records still read, kept.
         """
-        txn = self.start_transaction(self.log.inbox(tube))
+        inbox = self.log.inbox(tube)
+        txn = self.start_transaction(inbox)
         newer, _ = self.log.put_files(tube, cursor, int(txn.snapshot().version()))
         keep = {f.name for f in [*newer, *held]}
         old = [a for a in txn.snapshot().allFiles().collectAsList()
@@ -322,7 +331,7 @@ class Accelerator:
             return 0
         now = int(time.time() * 1000)
         rows = sum(int(stats_of(a.stats())["rows"] or 0) for a in old)
-        self._commit_actions(txn, [a.removeWithTimestamp(now, True) for a in old],
+        self._commit_actions(inbox, txn, [a.removeWithTimestamp(now, True) for a in old],
                              CommitTag.new("purge"), deleted_rows=rows)
         return rows
 
@@ -354,15 +363,16 @@ class Accelerator:
             actions.add(self._removal(name, files[name]))
         if rows is None:
             rows = sum(int(files[name]["rows"] or 0) for name in names)
-        return self._commit_actions(txn, actions, tag, deleted_rows=rows)
+        return self._commit_actions(path, txn, actions, tag, deleted_rows=rows)
 
-    def replace_files(self, txn: Any, files: dict[str, dict[str, Any]], removed: list[str],
-                      rows: DataFrame, tag: CommitTag, file_rows: int,
+    def replace_files(self, path: str, txn: Any, files: dict[str, dict[str, Any]],
+                      removed: list[str], rows: DataFrame, tag: CommitTag, file_rows: int,
                       updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
-        """Commit in ``txn`` the data files ``removed`` (their statistics in ``files``,
-        as :meth:`files_at` gives them) gone and ``rows`` written in their
-        place, in files of at most ``file_rows`` rows; the version committed,
-        and the statistics of the files written (``stats_of``, and ``name``).
+        """Commit in ``txn`` (on the table at ``path``) the data files ``removed``
+        (their statistics in ``files``, as :meth:`files_at` gives them) gone
+        and ``rows`` written in their place, in files of at most ``file_rows``
+        rows; the version committed, and the statistics of the files written
+        (``stats_of``, and ``name``).
 
         Each of ``rows``' partitions is written to files of its own, so rows
         the caller keeps in separate partitions (a union keeps its inputs'
@@ -377,7 +387,7 @@ class Accelerator:
         written = self._write(txn, rows, file_rows, actions)
         for name in removed:
             actions.add(self._removal(name, files[name]))
-        return (self._commit_actions(txn, actions, tag, updated=True,
+        return (self._commit_actions(path, txn, actions, tag, updated=True,
                                      updated_rows=updated_rows), written)
 
     def _removal(self, name: str, file: dict[str, Any]) -> Any:
