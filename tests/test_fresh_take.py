@@ -210,7 +210,7 @@ def test_a_new_tubes_first_take_adds_the_payload_column_in_its_one_commit(
     the schema an ingest's append gives it (``mergeSchema``), and writes runs
     of puts side by side, each file holding consecutive ids, as an ingest
     does, so that its ack removes whole files."""
-    monkeypatch.setattr(putting, "give_payload_column", lambda ctx: None)
+    monkeypatch.setattr(putting, "give_payload_column", lambda ctx, payload: None)
     monkeypatch.setattr(ingesting, "INGEST_RUN_ROWS", 2)
     monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 2)
     monkeypatch.setattr(store.schema, "FEW_FILES", 0)

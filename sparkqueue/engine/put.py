@@ -184,7 +184,7 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
             return empty(ctx)
     version = found[0]
     if tube_schema is None:
-        give_payload_column(ctx)
+        give_payload_column(ctx, rows.schema["data"].dataType)
     pending = pending_rows(ctx, ctx.spark, anchor, version, after=version - 1,
                            columns=st.PUBLIC_COLUMNS)
     created = empty(ctx) if pending is None else pending
@@ -196,9 +196,10 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
     return created
 
 
-def give_payload_column(ctx: TubeContext) -> None:
+def give_payload_column(ctx: TubeContext, payload: T.DataType) -> None:
     """Give a new tube's tasks table the payload column its first put gave the
-    inbox, in a commit of the schema alone (``ALTER TABLE ... ADD COLUMNS``).
+    inbox (of type ``payload``, as the put wrote it; nullable in every part
+    here), in a commit of the schema alone (``ALTER TABLE ... ADD COLUMNS``).
 
     Its first ingest would add the column otherwise, in the commit that adds
     its files; Delta then leaves the list of files out of that version's
@@ -208,9 +209,6 @@ def give_payload_column(ctx: TubeContext) -> None:
     column first, or Delta cannot spell the type. The put is committed either
     way, and an ingest adds the column where it is not.
     """
-    payload = payload_schema(ctx)
-    if payload is None:
-        return
     with ctx.layout.tagged(CommitTag.new("payload")) as sess:
         try:
             st.add_column(sess, ctx.layout.tasks(ctx.key), "data", payload)

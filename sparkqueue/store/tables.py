@@ -51,7 +51,7 @@ def is_path(ref: str) -> bool:
 
 def sql_table(ref: str) -> str:
     """A table reference as SQL names it: ``delta.`path``` or the catalog name."""
-    return f"delta.`{ref.replace('`', '``')}`" if is_path(ref) else ref
+    return f"delta.{quoted(ref)}" if is_path(ref) else ref
 
 
 def _assignments(values: Values) -> str:
