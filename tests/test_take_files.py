@@ -275,8 +275,8 @@ def test_a_drains_rounds_read_no_table_state_once_its_files_statistics_are_known
     """A take looks for ended leases at the newest version this process knows,
     its own last commit among them, whose file statistics it holds: no round
     of take and ack loads them from the snapshot's state again (Spark jobs
-    each round on a table of too many files, 50 here, for Delta's checksum
-    file to list them)."""
+    each round on a table of 50 files or more, 60 here, whose files Delta's
+    checksum file does not list)."""
     monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 1)
     t = ingested(sq, "rounds", [{"n": i} for i in range(60)])
     accelerator = t.context.layout.accelerator

@@ -249,8 +249,8 @@ class Accelerator:
         userMetadata. The version committed, which the log reader notes as
         read (:meth:`LogReader.note_version`): what this process reads next by
         :meth:`LogReader.known_version` is then at least its own commit, whose
-        file statistics it holds (a choice at an older version would rebuild
-        the snapshot's state, as a settle after a take did).
+        file statistics it holds (those of an older version are not moved
+        back to, so a choice there would load the snapshot's state again).
 
         ``deleted_rows``: the actions only remove files, holding that many
         rows; the commit is then a DELETE (no predicate, its row and file
