@@ -11,7 +11,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from . import objectstore, validate
 from . import store as st
@@ -25,6 +24,7 @@ from .engine.shards import MAX_SHARDS, shard_contexts
 from .errors import (
     InvalidOption,
     InvalidState,
+    NotSupported,
     QueueError,
     StorageError,
     TubeExists,
@@ -189,7 +189,7 @@ class Queue:
         given = {k for k, v in options.items() if v is not None}
         unsupported = given - driver_cls.tube_options()
         if unsupported:
-            raise InvalidOption(
+            raise NotSupported(
                 f"{type} tubes do not support option(s) {', '.join(sorted(unsupported))}; "
                 f"supported: {', '.join(sorted(driver_cls.tube_options())) or 'none'}")
         for key in ("ttl", "ttr", "delay"):
@@ -237,6 +237,8 @@ class Queue:
                     raise InvalidOption(
                         f"tube {name!r} exists with {len(found.parts)} shard(s), not {shards}: "
                         "shards are fixed when a tube is created")
+                if on_task_change is not None:  # this process's callback, as for a new tube
+                    self._callbacks[found.name] = on_task_change
                 return found
             raise TubeExists(name)
         if temporary:
@@ -250,8 +252,7 @@ class Queue:
     def _register(self, name: str, type_name: str, options: dict[str, Any]) -> bool:
         """Insert the registry row unless the name exists; True if this call inserted it."""
         tag = CommitTag.new("create")
-        # a catalog's table names ignore case: so do the names of its tubes
-        on = "lower(t.name) = lower(s.name)" if self._layout.catalog else "t.name = s.name"
+        on = self._same_name("t.name", "s.name")
 
         def attempt() -> bool:
             with self._layout.tagged(tag) as sess:
@@ -263,21 +264,26 @@ class Queue:
         return st.retrying(attempt, deadline=time.monotonic() + self.config.conflict_timeout,
                            what=f"registering tube {name!r}")
 
+    def _same_name(self, left: str, right: str) -> str:
+        """SQL: whether the tube names ``left`` and ``right`` (SQL expressions) are one.
+        A catalog's table names ignore case: so do the names of its tubes."""
+        return f"lower({left}) = lower({right})" if self._layout.catalog else f"{left} = {right}"
+
     def _registry_rows(self) -> dict[str, tuple[str, dict[str, Any]]]:
         rows = self._layout.read_registry().collect()
         return {r["name"]: (r["type"], json.loads(r["options"])) for r in rows}
 
     def tube(self, name: str) -> Tube:
         """The existing tube ``name``; :class:`TubeNotFound` otherwise."""
-        validate.tube_name(name)
-        rows = self._layout.read_registry().where(F.col("name") == name).collect()
+        validate.tube_name(name)  # letters, digits and _: a SQL literal as it is
+        rows = self._layout.read_registry().where(self._same_name("name", f"'{name}'")).collect()
         if not rows:
             raise TubeNotFound(name, self._registry_rows())
-        type_name, options = rows[0]["type"], json.loads(rows[0]["options"])
+        name, type_name = rows[0]["name"], rows[0]["type"]
         if type_name not in self._drivers:
             raise QueueError(f"tube {name!r} has type {type_name!r}, which is not registered in "
                              f"this process; call register_driver({type_name!r}, ...) first")
-        return self._open(name, type_name, self._drivers[type_name], options)
+        return self._open(name, type_name, self._drivers[type_name], json.loads(rows[0]["options"]))
 
     def _open(self, name: str, type_name: str, driver_cls: type[Driver],
               options: dict[str, Any]) -> Tube:
@@ -310,7 +316,7 @@ class Queue:
             return self.tube(name).statistics()
         return {n: self.tube(n).statistics() for n in self.tubes()}
 
-    def sweep(self, name: str | None = None,
+    def sweep(self, name: str | None = None, *,
               progress: Callable[[str], None] | None = None) -> dict[str, int]:
         """One sweeper pass over tube ``name`` or every tube; counts per action, summed.
 
@@ -320,6 +326,7 @@ class Queue:
         (``vacuumed``: files) when conf/'s intervals say they are due, and
         appends a statistics snapshot per tube (:meth:`statistics_history`).
         Idempotent, safe beside consumers and other sweepers, safe to kill.
+        ``progress``, when given, is called with a line after each step saying what it did.
 
         Examples
         --------

@@ -139,13 +139,19 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
                             f"got {starting_version!r}")
     ctx = tube.context
     ref = ctx.layout.tasks(ctx.key)
-    if not ctx.guarded(lambda: st.keeps_feed(ctx.spark, ref)):
+    turning_on = not ctx.guarded(lambda: st.keeps_feed(ctx.spark, ref))
+    if turning_on:
         # lease records' tasks are written out before the feed is on: their takes
-        # came before it (a record a take commits meanwhile comes as an insert)
+        # came before it
         records.settle_ids(ctx, None)
     ctx.guarded(lambda: st.retrying(lambda: st.keep_feed(ctx.spark, ref),
                                     deadline=ctx.deadline(),
                                     what=f"turning on tube {tube.name!r}'s change feed"))
+    if turning_on:
+        # and again after: a record another consumer's take committed in between
+        # would leave by its ack with no row in the feed (a take that started
+        # before the feed was on and commits after conflicts with that commit)
+        records.settle_ids(ctx, None)
     options = {"readChangeFeed": "true"}
     if starting_version is not None:
         first = ctx.guarded(lambda: st.feed_start(ctx.spark, ref))

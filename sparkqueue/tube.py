@@ -184,7 +184,7 @@ class Tube:
         wait = validate.seconds("timeout", timeout)
         if window is not None:
             if not self.driver.uses_utube:
-                raise InvalidOption(f"{self.type} tube {self.name!r} has no sub-queue window")
+                raise NotSupported(f"{self.type} tube {self.name!r} has no sub-queue window")
             window = validate.batch("window", window)
         return n, wait, self._ctx.who(owner), window or int(self._ctx.default("window") or 1)
 

@@ -42,6 +42,8 @@ def walk_a_catalog_tube(spark: SparkSession, engine: str | None, clock: FakeCloc
     assert all(managed(spark, f"{root}.{n}") for n in tables(spark, root))
     with pytest.raises(TubeExists):                  # the catalog's names ignore case
         sq.create_tube("JOBS", "fifo")
+    assert sq.tube("JOBS").name == "jobs"
+    assert sq.create_tube("Jobs", "utubettl", if_not_exists=True).name == "jobs"
 
     first = ids(t.put([{"n": i} for i in range(4)], utube="u", ttr=5))
     assert first == [0, 1, 2, 3]

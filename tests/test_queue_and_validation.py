@@ -14,6 +14,7 @@ from sparkqueue import (
     FifoDriver,
     InvalidOption,
     NotOwner,
+    NotSupported,
     Queue,
     QueueError,
     SchemaMismatch,
@@ -51,9 +52,19 @@ def test_unknown_type_lists_the_known_ones(sq: Queue) -> None:
 ])
 def test_options_a_driver_does_not_support(sq: Queue, kind: str, opts: dict[str, Any],
                                            ) -> None:
-    with pytest.raises(InvalidOption, match=next(iter(opts))):
+    with pytest.raises(NotSupported, match=next(iter(opts))):  # an InvalidOption
         sq.create_tube("t", kind, **opts)
     assert sq.tubes() == []
+
+
+def test_put_and_take_options_a_driver_does_not_support(sq: Queue) -> None:
+    t = sq.create_tube("t", "fifo")
+    before = versions(t)
+    with pytest.raises(NotSupported, match="ttl"):
+        t.put({"n": 1}, ttl=5)
+    with pytest.raises(NotSupported, match="sub-queue window"):
+        t.take(window=2)
+    assert versions(t) == before
 
 
 @pytest.mark.parametrize("value", [-1, float("nan"), "10", True, None])
@@ -111,6 +122,11 @@ def test_tube_registry(sq: Queue, spark: SparkSession) -> None:
         sq.create_tube("a")
     again = sq.create_tube("a", "fifottl", if_not_exists=True)
     assert again.type == "fifo"  # the existing tube keeps its type
+    events: list[str] = []
+    found = sparkqueue.connect(spark, sq.root).create_tube(
+        "a", if_not_exists=True, on_task_change=lambda _, event: events.append(event))
+    found.put({"n": 1})
+    assert events == ["put"], "an existing tube's callback is set all the same"
     with pytest.raises(TubeNotFound, match="existing tubes: a, b"):
         sq.tube("c")
     other = sparkqueue.connect(spark, sq.root)

@@ -16,6 +16,7 @@ from .. import validate
 from ..errors import (
     CapacityExceeded,
     InvalidOption,
+    NotSupported,
     SchemaMismatch,
     Timeout,
 )
@@ -46,7 +47,7 @@ def put_options(ctx: TubeContext, **opts: Any) -> PutOptions:
     given = {k for k, v in opts.items() if v is not None}
     unsupported = given - ctx.driver.put_options()
     if unsupported:
-        raise InvalidOption(
+        raise NotSupported(
             f"{ctx.type} tube {ctx.name!r} does not support put option(s) "
             f"{', '.join(sorted(unsupported))}; it supports "
             f"{', '.join(sorted(ctx.driver.put_options())) or 'none'}"

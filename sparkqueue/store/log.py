@@ -187,6 +187,7 @@ class LogReader(Paths):
             return first, dict(info.get("operationMetrics") or {})
         for version, info in self.commit_infos(path, first):  # another writer's was first
             if token in (info.get("userMetadata") or ""):
+                self.note_version(path, version)
                 return version, dict(info.get("operationMetrics") or {})
         return None
 

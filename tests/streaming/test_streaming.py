@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from chispa import assert_df_equality
 from pyspark.errors import StreamingQueryException
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
 from sparkqueue import (
@@ -25,6 +25,7 @@ from sparkqueue import (
     Timeout,
     worker,
 )
+from sparkqueue import store as st
 from sparkqueue.engine import shards
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.engine.records import live_tasks
@@ -156,6 +157,37 @@ def test_a_tube_keeps_no_feed_until_changes_turns_it_on_from_then(
     query.awaitTermination()
     got = spark.table("changes_from_on").select("task_id", "status", "event")
     expected = spark.createDataFrame([(0, "done", "delete"), (1, "buried", "bury")], got.schema)
+    assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
+
+
+def test_a_take_while_changes_turns_the_feed_on_still_shows_its_tasks_leave(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another consumer's take between changes()'s settle of lease records and the
+    commit that turns the feed on leaves a record: it is written out once the
+    feed is on, so the batch's ack shows in the feed (a record's own removal
+    would not)."""
+    t = sq.create_tube("t", "fifottl")
+    t.put([{"n": 0}, {"n": 1}])
+    turn_on = st.keep_feed
+    taken: list[DataFrame] = []
+
+    def another_take_first(session: SparkSession, ref: str) -> None:
+        if not taken:
+            taken.append(t.take(2, owner="consumer-b"))
+        turn_on(session, ref)
+
+    monkeypatch.setattr(st, "keep_feed", another_take_first)
+    t.changes()
+    monkeypatch.undo()
+    on = st.feed_start(spark, t.context.layout.tasks("t"))
+    assert ids(t.ack(taken[0], owner="consumer-b")) == [0, 1]
+    query = (t.changes(starting_version=on).writeStream.format("memory")
+             .queryName("changes_raced").trigger(availableNow=True).start())
+    query.awaitTermination()
+    got = spark.table("changes_raced").select("task_id", "status", "event")
+    expected = spark.createDataFrame(
+        [(0, "taken", "take"), (1, "taken", "take"), (0, "done", "delete"),
+         (1, "done", "delete")], got.schema)
     assert_df_equality(got, expected, ignore_row_order=True, ignore_nullable=True)
 
 
