@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from chispa import assert_df_equality
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import Consumer, FakeClock, NotOwner, Queue, Tube
@@ -61,6 +62,19 @@ def test_a_take_of_new_puts_commits_its_lease_as_one_row_and_the_ack_removes_it(
     stats = t.statistics()
     assert stats["tasks"]["total"] == 0 and stats["tasks"]["done"] == 5
     assert stats["calls"]["ack"] == 5
+
+
+@pytest.mark.parametrize("remembered", [True, False])
+def test_the_ack_of_a_recorded_batch_returns_the_taken_rows_as_done(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch, remembered: bool) -> None:
+    """Built on the take's result where this process made the record, else on the
+    record read again: the same rows either way."""
+    if not remembered:
+        monkeypatch.setattr(records, "taken_as", lambda *_: None)
+    t, batch, _ = recorded(sq, n=3)
+    acked = t.ack(batch)
+    assert_df_equality(acked, batch.withColumn("status", F.lit("done")),
+                       ignore_row_order=True)
 
 
 def test_another_verb_on_recorded_tasks_writes_them_out_first(sq: Queue,

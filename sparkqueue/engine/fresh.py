@@ -266,6 +266,8 @@ def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, i
         ctx.emit(acked_result(ctx, version, token, acking, acked or []), "ack")
     result = (ctx.layout.changed_at(ctx.key, version, token, *span) if record is None
               else records.expand(ctx, ctx.spark, record)).select(*st.PUBLIC_COLUMNS)
+    if record is not None:
+        records.taken_as(record, result)
     note_taken_ids(result, run)
     ctx.emit(result, "take")
     return result

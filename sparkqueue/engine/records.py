@@ -45,8 +45,8 @@ from .context import TubeContext
 from .ingest import as_stored, pending_rows, tasks_of_files
 
 __all__ = ["LEASE", "Record", "as_acked", "expand", "known", "live_tasks", "record_row",
-           "holding", "records_at", "remember", "settle", "settle_ended", "settle_ids", "view",
-           "with_action"]
+           "holding", "records_at", "remember", "settle", "settle_ended", "settle_ids",
+           "taken_as", "view", "with_action"]
 
 LEASE = st.LEASE
 
@@ -59,6 +59,10 @@ DESCRIPTION = "utube"
 #: name -> record (records never change; a file holds one record).
 _KNOWN: dict[str, OrderedDict[str, Record]] = {}
 _KNOWN_MOST = 4 * st.schema.LEASED_KNOWN  # more than the ack's file groups (note_leased)
+
+#: The results of the takes that made records in this process, by record token
+#: (:func:`taken_as`), for their acks' results (:func:`as_acked`).
+_TAKEN: OrderedDict[str, DataFrame] = OrderedDict()
 
 
 @dataclass(frozen=True)
@@ -300,7 +304,20 @@ def settle_ended(ctx: TubeContext, now: float) -> int:
     return settle(ctx, lambda r: r.ended(now), probe=False)
 
 
+def taken_as(record: Record, result: DataFrame) -> None:
+    """Write down ``result`` (its public columns) as what the take that made ``record``
+    returned: the ack's result is those rows as acked (:func:`as_acked`)."""
+    _TAKEN[record.token] = result
+    while len(_TAKEN) > _KNOWN_MOST:
+        _TAKEN.popitem(last=False)
+
+
 def as_acked(ctx: TubeContext, record: Record) -> DataFrame:
-    """A recorded batch's tasks as its ack returns them (``done``)."""
-    return (expand(ctx, ctx.spark, record).withColumn("status", F.lit("done"))
-            .select(*st.PUBLIC_COLUMNS))
+    """A recorded batch's tasks as its ack returns them (``done``): its take's result
+    with that status, where this process's take made the record, so that the
+    ack does not plan the record's tasks again (most of a big batch's ack time
+    in the driver; the ack itself reads no data); else the record expanded."""
+    taken = _TAKEN.get(record.token)
+    if taken is None or taken.sparkSession is not ctx.spark:
+        taken = expand(ctx, ctx.spark, record).select(*st.PUBLIC_COLUMNS)
+    return taken.withColumn("status", F.lit("done"))
