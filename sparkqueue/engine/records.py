@@ -60,9 +60,12 @@ DESCRIPTION = "utube"
 _KNOWN: dict[str, OrderedDict[str, Record]] = {}
 _KNOWN_MOST = 4 * st.schema.LEASED_KNOWN  # more than the ack's file groups (note_leased)
 
-#: The results of the takes that made records in this process, by record token
-#: (:func:`taken_as`), for their acks' results (:func:`as_acked`).
+#: The results of the latest takes that made records in this process, by record
+#: token (:func:`taken_as`), until their acks' results are built on them
+#: (:func:`as_acked`). Few: each holds a DataFrame's plan in the JVM, and a
+#: consumer acks its batch before it takes many more.
 _TAKEN: OrderedDict[str, DataFrame] = OrderedDict()
+_TAKEN_MOST = 16
 
 
 @dataclass(frozen=True)
@@ -308,7 +311,7 @@ def taken_as(record: Record, result: DataFrame) -> None:
     """Write down ``result`` (its public columns) as what the take that made ``record``
     returned: the ack's result is those rows as acked (:func:`as_acked`)."""
     _TAKEN[record.token] = result
-    while len(_TAKEN) > _KNOWN_MOST:
+    while len(_TAKEN) > _TAKEN_MOST:
         _TAKEN.popitem(last=False)
 
 
@@ -317,7 +320,7 @@ def as_acked(ctx: TubeContext, record: Record) -> DataFrame:
     with that status, where this process's take made the record, so that the
     ack does not plan the record's tasks again (most of a big batch's ack time
     in the driver; the ack itself reads no data); else the record expanded."""
-    taken = _TAKEN.get(record.token)
+    taken = _TAKEN.pop(record.token, None)  # acked: the record is gone
     if taken is None or taken.sparkSession is not ctx.spark:
         taken = expand(ctx, ctx.spark, record).select(*st.PUBLIC_COLUMNS)
     return taken.withColumn("status", F.lit("done"))
