@@ -275,8 +275,9 @@ class Queue:
 
     def tube(self, name: str) -> Tube:
         """The existing tube ``name``; :class:`TubeNotFound` otherwise."""
-        validate.tube_name(name)  # letters, digits and _: a SQL literal as it is
-        rows = self._layout.read_registry().where(self._same_name("name", f"'{name}'")).collect()
+        validate.tube_name(name)
+        rows = self._layout.read_registry().where(
+            self._same_name("name", st.sql_literal(name, "string"))).collect()
         if not rows:
             raise TubeNotFound(name, self._registry_rows())
         name, type_name = rows[0]["name"], rows[0]["type"]

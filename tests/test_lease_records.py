@@ -64,17 +64,24 @@ def test_a_take_of_new_puts_commits_its_lease_as_one_row_and_the_ack_removes_it(
     assert stats["calls"]["ack"] == 5
 
 
-@pytest.mark.parametrize("remembered", [True, False])
+@pytest.mark.parametrize("how", ["remembered", "forgotten", "another_session"])
 def test_the_ack_of_a_recorded_batch_returns_the_taken_rows_as_done(
-        sq: Queue, monkeypatch: pytest.MonkeyPatch, remembered: bool) -> None:
-    """Built on the take's result where this process made the record, else on the
-    record read again: the same rows either way."""
-    if not remembered:
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch, how: str) -> None:
+    """Built on the take's result where this process made the record in the ack's
+    own session, else on the record read again: the same rows either way."""
+    if how == "forgotten":
         monkeypatch.setattr(records, "taken_as", lambda *_: None)
     t, batch, _ = recorded(sq, n=3)
-    acked = t.ack(batch)
+    if how == "another_session":
+        other = sparkqueue.connect(spark.newSession(), root, owner="consumer-a", clock=clock)
+        acked = other.tube("rec").ack([0, 1, 2])
+        assert acked.sparkSession is not spark
+    else:
+        acked = t.ack(batch)
     assert_df_equality(acked, batch.withColumn("status", F.lit("done")),
                        ignore_row_order=True)
+    assert stored(t, spark) == [], "the record is gone"
 
 
 def test_another_verb_on_recorded_tasks_writes_them_out_first(sq: Queue,

@@ -30,6 +30,7 @@ written them; the inbox files hold them unchanged until they are ingested
 from __future__ import annotations
 
 import json
+import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -66,6 +67,10 @@ _KNOWN_MOST = 4 * st.schema.LEASED_KNOWN  # more than the ack's file groups (not
 #: consumer acks its batch before it takes many more.
 _TAKEN: OrderedDict[str, DataFrame] = OrderedDict()
 _TAKEN_MOST = 16
+
+#: Guards :data:`_KNOWN` and :data:`_TAKEN`: a process's threads (a Consumer's,
+#: a streaming sink's) take and ack concurrently.
+_MEMO = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -132,10 +137,11 @@ def expand(ctx: TubeContext, spark: SparkSession, record: Record) -> DataFrame:
 
 def remember(path: str, name: str, record: Record) -> None:
     """Write down that the data file ``name`` of ``path`` holds ``record``."""
-    known = _KNOWN.setdefault(path, OrderedDict())
-    known[name] = record
-    while len(known) > _KNOWN_MOST:
-        known.popitem(last=False)
+    with _MEMO:
+        known = _KNOWN.setdefault(path, OrderedDict())
+        known[name] = record
+        while len(known) > _KNOWN_MOST:
+            known.popitem(last=False)
 
 
 def known(path: str, name: str) -> Record | None:
@@ -310,9 +316,10 @@ def settle_ended(ctx: TubeContext, now: float) -> int:
 def taken_as(record: Record, result: DataFrame) -> None:
     """Write down ``result`` (its public columns) as what the take that made ``record``
     returned: the ack's result is those rows as acked (:func:`as_acked`)."""
-    _TAKEN[record.token] = result
-    while len(_TAKEN) > _TAKEN_MOST:
-        _TAKEN.popitem(last=False)
+    with _MEMO:
+        _TAKEN[record.token] = result
+        while len(_TAKEN) > _TAKEN_MOST:
+            _TAKEN.popitem(last=False)
 
 
 def as_acked(ctx: TubeContext, record: Record) -> DataFrame:
@@ -320,7 +327,8 @@ def as_acked(ctx: TubeContext, record: Record) -> DataFrame:
     with that status, where this process's take made the record, so that the
     ack does not plan the record's tasks again (most of a big batch's ack time
     in the driver; the ack itself reads no data); else the record expanded."""
-    taken = _TAKEN.pop(record.token, None)  # acked: the record is gone
+    with _MEMO:
+        taken = _TAKEN.pop(record.token, None)  # acked: the record is gone
     if taken is None or taken.sparkSession is not ctx.spark:
         taken = expand(ctx, ctx.spark, record).select(*st.PUBLIC_COLUMNS)
     return taken.withColumn("status", F.lit("done"))
