@@ -10,6 +10,8 @@ removes the record; anything else first writes the record out as its tasks
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -82,6 +84,46 @@ def test_the_ack_of_a_recorded_batch_returns_the_taken_rows_as_done(
     assert_df_equality(acked, batch.withColumn("status", F.lit("done")),
                        ignore_row_order=True)
     assert stored(t, spark) == [], "the record is gone"
+
+
+def test_each_batch_is_read_by_the_code_the_first_one_compiled(
+        sq: Queue, spark: SparkSession, clock: FakeClock) -> None:
+    """A batch's rows are told apart by values Spark keeps as data, not by numbers
+    it writes into its generated code, so reading the next batch's ids and
+    payloads compiles nothing new. (Spark orders a query's common
+    subexpressions by their hash, which the data's values change: a read
+    compiles one of two orders of the same code, each once.)"""
+    t = sq.create_tube("rec", "fifottl")
+    for i in range(6):
+        t.put([{"n": 2 * i}, {"n": 2 * i + 1}])
+    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
+    compiled = []
+    for first in range(0, 12, 2):
+        clock.advance(1)
+        batch = t.take(2)
+        assert stored(t, spark) == [(None, st.LEASE)], "taken as a lease record"
+        before = metrics.METRIC_COMPILATION_TIME().getCount()
+        with generated_code(spark):  # the test session's queries run without
+            got = batch.select("task_id", "data").collect()
+        compiled.append(metrics.METRIC_COMPILATION_TIME().getCount() - before)
+        assert sorted((r["task_id"], r["data"]["n"]) for r in got) == [(first, first),
+                                                                        (first + 1, first + 1)]
+        t.ack(batch)
+    assert compiled[0] > 0 and sum(compiled[1:]) <= compiled[0], compiled
+
+
+@contextmanager
+def generated_code(spark: SparkSession) -> Iterator[None]:
+    """Spark's defaults for generated code, which the test session turns off."""
+    settings = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
+    before = {k: spark.conf.get(k) for k in settings}
+    for k, v in settings.items():
+        spark.conf.set(k, v)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            spark.conf.set(k, v)
 
 
 def test_another_verb_on_recorded_tasks_writes_them_out_first(sq: Queue,

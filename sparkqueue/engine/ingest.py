@@ -19,8 +19,12 @@ from .context import TubeContext
 PUT_TAG_FIELDS = [("now", "double"), ("pri", "long"), ("utube", "string"), ("ttl", "double"),
                   ("ttr", "double"), ("delay", "double")]
 
-#: What ingest knows of each inbox file besides its put's tag (see ``_pending``).
-FILE_TAG_FIELDS = [("first_id", "long"), ("id_step", "long"), ("inbox_version", "long")]
+#: What ingest knows of each inbox file besides its put's tag (see :func:`read_put_files`).
+FILE_TAG_FIELDS = [("first_id", "long"), ("id_step", "long"), ("inbox_version", "long"),
+                   ("row_lo", "long"), ("row_hi", "long")]
+
+#: A place past the last row of any inbox file (``c.row_hi`` of a read of all rows).
+EVERY_ROW = 1 << 62
 
 #: Ingests of up to this many puts carry the puts' tag values as a literal map.
 TAGS_INLINE = 64
@@ -241,42 +245,47 @@ def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile
     (:meth:`TubeContext.task_id`); its other columns come from the row
     (options given as Columns) and from its put's commit tag (the rest).
     """
-    frame = read_put_files(ctx, spark, files)
+    frame = read_put_files(ctx, spark, files, rows)
     if rows is not None:
-        frame = frame.where(f"{task_row_sql()['task_id']} BETWEEN "
-                            f"{ctx.task_id(rows[0])} AND {ctx.task_id(rows[1] - 1)}")
+        frame = frame.where("_row >= c.row_lo AND _row < c.row_hi")
     return task_columns(frame, columns)
 
 
 def read_put_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
-                   ) -> DataFrame:
+                   rows: tuple[int, int] | None = None) -> DataFrame:
     """The inbox ``files``' rows with their place ``_row`` in their file and, in
-    struct ``c``, their file's first id and commit and their put's tag values
-    (what :func:`task_columns` reads)."""
+    struct ``c``, their file's first id and commit, their put's tag values
+    (what :func:`task_columns` reads), and the places in the file of ``rows``
+    (``row_lo`` to before ``row_hi``; all without ``rows``).
+
+    Every value that differs from one call to the next comes from ``c``, a
+    lookup in a literal map (or a broadcast table) by the row's file: Spark
+    writes a number that is a literal of the query into its generated code,
+    where it keeps a map as data, so a read of other files or other rows
+    reuses the code a read of the same shape compiled (a drain's result of
+    every batch, read by its consumer)."""
     payload = payload_schema(ctx)
     assert payload is not None  # there were puts
-    rows = ctx.layout.read_files(ctx.layout.inbox(ctx.key), [f.name for f in files],
-                                 st.inbox_schema(payload), spark)
+    frame = ctx.layout.read_files(ctx.layout.inbox(ctx.key), [f.name for f in files],
+                                  st.inbox_schema(payload), spark)
     fields = FILE_TAG_FIELDS + PUT_TAG_FIELDS
-    values = [(f.name, ctx.task_id(f.first_id), ctx.shards, f.version, *tag_values(f.tag))
-              for f in files]
+    lo, hi = rows if rows is not None else (0, EVERY_ROW)
+    values = [(f.name, ctx.task_id(f.first_id), ctx.shards, f.version,
+               lo - f.first_id, hi - f.first_id, *tag_values(f.tag)) for f in files]
     if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job
         lit = st.sql_literal
         tags = ", ".join(
             lit(v[0], "string") + ", named_struct(" + ", ".join(
                 f"'{k}', {lit(x, t)}" for x, (k, t) in zip(v[1:], fields, strict=True))
             + ")" for v in values)
-        rows = rows.selectExpr(
+        return frame.selectExpr(
             "*", "_metadata.row_index AS _row",
             f"element_at(map({tags}), _metadata.file_name) AS c")
-    else:
-        rows = rows.selectExpr("*", "_metadata.file_name AS _file",
-                               "_metadata.row_index AS _row")
-        table = spark.createDataFrame(values, "file string, " + ", ".join(
-            f"{k} {t}" for k, t in fields))
-        table = table.select("file", F.struct(*[k for k, _ in fields]).alias("c"))
-        rows = rows.join(F.broadcast(table), rows["_file"] == table["file"])
-    return rows
+    frame = frame.selectExpr("*", "_metadata.file_name AS _file", "_metadata.row_index AS _row")
+    table = spark.createDataFrame(values, "file string, " + ", ".join(
+        f"{k} {t}" for k, t in fields))
+    table = table.select("file", F.struct(*[k for k, _ in fields]).alias("c"))
+    return frame.join(F.broadcast(table), frame["_file"] == table["file"])
 
 
 class RunRows(NamedTuple):
