@@ -116,14 +116,14 @@ def test_each_batch_is_read_by_the_code_the_first_one_compiled(
 def generated_code(spark: SparkSession) -> Iterator[None]:
     """Spark's defaults for generated code, which the test session turns off."""
     settings = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
-    before = {k: spark.conf.get(k) for k in settings}
+    before = {k: str(spark.conf.get(k)) for k in settings}  # both set by the test session
     for k, v in settings.items():
         spark.conf.set(k, v)
     try:
         yield
     finally:
-        for k, v in before.items():
-            spark.conf.set(k, v)
+        for k, old in before.items():
+            spark.conf.set(k, old)
 
 
 def test_another_verb_on_recorded_tasks_writes_them_out_first(sq: Queue,
