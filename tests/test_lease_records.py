@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 import sparkqueue
 from sparkqueue import Consumer, FakeClock, NotOwner, Queue, Tube
 from sparkqueue import store as st
-from sparkqueue.engine import records
+from sparkqueue.engine import ingest, records
 from sparkqueue.sweep import purge
 
 from .conftest import ids
@@ -84,6 +84,25 @@ def test_the_ack_of_a_recorded_batch_returns_the_taken_rows_as_done(
     assert_df_equality(acked, batch.withColumn("status", F.lit("done")),
                        ignore_row_order=True)
     assert stored(t, spark) == [], "the record is gone"
+
+
+def test_a_record_of_many_puts_reads_just_its_rows_through_the_joined_tags(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past ``TAGS_INLINE`` puts a record's put tags come from a broadcast table,
+    not a literal map: read again, it still holds its rows from its first to
+    before its end, cut out of the middle of its first and last puts."""
+    monkeypatch.setattr(ingest, "TAGS_INLINE", 0)
+    monkeypatch.setattr(records, "taken_as", lambda *_: None)  # read the record again
+    t = sq.create_tube("rec", "fifottl")
+    for i in range(3):
+        t.put([{"n": 3 * i + j} for j in range(3)])
+    t.ack(t.take(2))
+    batch = t.take(5)
+    assert stored(t, spark) == [(None, st.LEASE)], "taken as a lease record"
+    assert sorted((r["task_id"], r["data"]["n"], r["status"]) for r in batch.collect()) == [
+        (i, i, "taken") for i in range(2, 7)]
+    assert sorted(r["task_id"] for r in t.ack(batch).collect()) == list(range(2, 7))
+    assert ids(t.take(5)) == [7, 8]
 
 
 def test_each_batch_is_read_by_the_code_the_first_one_compiled(
