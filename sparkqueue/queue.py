@@ -37,6 +37,11 @@ from .tube import Callback, Tube
 
 __all__ = ["Queue", "connect"]
 
+#: The on_task_change callbacks of this process: root -> tube name -> callback,
+#: shared by every Queue of the root, so that a change made through any of
+#: them reaches the callback (the contract says "through this process").
+_CALLBACKS: dict[str, dict[str, Callback]] = {}
+
 
 def connect(spark: SparkSession | None = None, root: str | None = None, *,
             owner: str | None = None, clock: Clock | None = None,
@@ -97,7 +102,7 @@ class Queue:
         self.clock = clock
         self.config = config
         self._drivers: dict[str, type[Driver]] = dict(BUILTIN_DRIVERS)
-        self._callbacks: dict[str, Callback] = {}
+        self._callbacks = _CALLBACKS.setdefault(root, {})
         self._temporary: list[str] = []
         try:  # the root's first reads and writes: where an unreachable store shows
             self._layout = st.Layout(spark, root, engine)

@@ -132,8 +132,8 @@ class ShardedTube(Tube):
     def _part_of(self, task_id: TaskId) -> Tube:
         return self._parts[validate.one_id(task_id)[0] % len(self._parts)]
 
-    def done(self, task_id: TaskId, data: Any) -> DataFrame:
-        return self._part_of(task_id).done(task_id, data)
+    def done(self, task_id: TaskId, data: Any, *, owner: str | None = None) -> DataFrame:
+        return self._part_of(task_id).done(task_id, data, owner=owner)
 
     def meta(self, task_id: TaskId) -> dict[str, Any]:
         return self._part_of(task_id).meta(task_id)
@@ -176,5 +176,7 @@ class ShardedTube(Tube):
         if not self.options.get("change_feed", True):
             raise NotSupported(f"tube {self.name!r} was created with change_feed=False: "
                                "it keeps no change feed to stream")
+        for part in self._parts:  # every shard's refusal before any shard's feed is on
+            streaming.check_start(part, starting_version)
         return sh.union([streaming.changes(part, starting_version) for part in self._parts])
 

@@ -116,6 +116,30 @@ class PutBatches:
             shards.put(contexts, batch, False, False, opts, "put", batch_id, txn)
 
 
+def check_start(tube: Tube, starting_version: int | None) -> bool:
+    """Refuse a ``starting_version`` that :func:`changes` would refuse once it has
+    turned the feed on, before it writes anything; whether the feed is off.
+
+    A tube without a feed turns it on at a version after its current one, so
+    any ``starting_version`` up to that one is before the feed."""
+    if starting_version is not None and (isinstance(starting_version, bool) or not isinstance(
+            starting_version, int) or starting_version < 0):
+        raise InvalidOption(f"starting_version must be a table version (int >= 0), "
+                            f"got {starting_version!r}")
+    ctx = tube.context
+    ref = ctx.layout.tasks(ctx.key)
+    off = not ctx.guarded(lambda: st.keeps_feed(ctx.spark, ref))
+    if off and starting_version is not None:
+        latest = ctx.layout.latest_version(ref)
+        if starting_version <= latest:
+            raise InvalidOption(
+                f"tube {tube.name!r} keeps no change feed yet: this call would turn it on "
+                f"after version {latest}, so it holds no changes from starting_version "
+                f"{starting_version}; create a tube with change_feed=True to keep them "
+                "from its first put")
+    return off
+
+
 def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     """A streaming DataFrame of the tube's task transitions, from the Delta change data feed.
 
@@ -133,13 +157,9 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     first call turns it on (one metadata commit), and the feed holds the
     changes from then on: a ``starting_version`` before that is refused.
     """
-    if starting_version is not None and (isinstance(starting_version, bool) or not isinstance(
-            starting_version, int) or starting_version < 0):
-        raise InvalidOption(f"starting_version must be a table version (int >= 0), "
-                            f"got {starting_version!r}")
+    turning_on = check_start(tube, starting_version)
     ctx = tube.context
     ref = ctx.layout.tasks(ctx.key)
-    turning_on = not ctx.guarded(lambda: st.keeps_feed(ctx.spark, ref))
     if turning_on:
         # lease records' tasks are written out before the feed is on: their takes
         # came before it

@@ -251,8 +251,9 @@ class Tube:
         return self.apply_op(ops.Op("touch", ops.OWNED, action, on_leases=True), tasks,
                              owner=owner)
 
-    def done(self, task_id: TaskId, data: Any) -> DataFrame:
-        """Complete a task taken by this Queue's owner but keep it, with ``data`` as payload."""
+    def done(self, task_id: TaskId, data: Any, *, owner: str | None = None) -> DataFrame:
+        """Complete a task taken by ``owner`` (default this Queue's) but keep it, with
+        ``data`` as payload."""
         ident = validate.one_id(task_id)
         # the tasks table's: before any ingest it has none, and no task can be taken
         tube_schema = ing.data_schema(self._ctx, self._ctx.layout.tasks(self._ctx.key))
@@ -266,7 +267,7 @@ class Tube:
         if tube_schema is None:  # nothing was ever put: no task can be taken
             raise TaskNotFound(self.name, ident)
         value = putting.struct_literal(payload, tube_schema)
-        return self.apply_op(op, ident, extra={"data": value})
+        return self.apply_op(op, ident, extra={"data": value}, owner=owner)
 
     def bury(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Move tasks to ``buried`` from any state (a task taken by another owner refuses)."""
@@ -418,7 +419,8 @@ class Tube:
 
     def on_task_change(self, callback: Callback | None = None) -> Callback | None:
         """Set ``callback(tasks_df, event)``, called after each committed change made
-        through this process; returns the previous one. ``None`` removes it."""
+        through this process (through any Queue of the root); returns the previous
+        one. ``None`` removes it."""
         if callback is not None and not callable(callback):
             raise InvalidOption(f"on_task_change needs a callable, got {callback!r}")
         previous = self._callbacks.pop(self.name, None)

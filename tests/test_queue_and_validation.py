@@ -135,6 +135,18 @@ def test_tube_registry(sq: Queue, spark: SparkSession) -> None:
         other.statistics("nosuch")
 
 
+def test_a_callback_hears_the_changes_made_through_any_queue_of_the_process(
+        sq: Queue, spark: SparkSession) -> None:
+    events: list[str] = []
+    sq.create_tube("a").on_task_change(lambda _, event: events.append(event))
+    other = sparkqueue.connect(spark, sq.root, owner="consumer-b")
+    other.tube("a").put({"n": 1})
+    assert events == ["put"], "a change through another Queue of the root"
+    assert other.tube("a").on_task_change(None) is not None, "one callback, shared"
+    sq.tube("a").put({"n": 2})
+    assert events == ["put"]
+
+
 def test_racing_creators_end_with_one_tube_and_one_tube_exists(
         sq: Queue, spark: SparkSession) -> None:
     outcomes: list[str] = []

@@ -153,8 +153,10 @@ def test_requeue_moves_task_to_the_end(tube: Tube) -> None:
 
 def test_done_completes_and_keeps_the_task(tube: Tube) -> None:
     t = tube.put({"n": 1}).task_id
-    tube.take()
-    result = tube.done(t, {"n": 42})
+    tube.take(owner="worker-b")
+    with pytest.raises(NotOwner):  # this Queue's owner did not take it
+        tube.done(t, {"n": 42})
+    result = tube.done(t, {"n": 42}, owner="worker-b")
     assert [(r["status"], r["data"]["n"]) for r in result.collect()] == [("done", 42)]
     assert [(r["status"], r["data"]["n"]) for r in tube.peek(t).collect()] == [("done", 42)]
     assert tube.take(timeout=0).count() == 0

@@ -137,6 +137,18 @@ def feed_property(spark: SparkSession, t: sparkqueue.Tube) -> str | None:
     return None if value is None else str(value)
 
 
+def test_a_start_before_the_feed_is_refused_before_it_is_turned_on(
+        sq: Queue, spark: SparkSession) -> None:
+    t = sq.create_tube("t", "fifottl")
+    t.put({"n": 0})
+    tasks = t.context.layout.tasks("t")
+    before = t.context.layout.latest_version(tasks)
+    with pytest.raises(InvalidOption, match="keeps no change feed yet"):
+        t.changes(starting_version=before)
+    assert feed_property(spark, t) == "false", "the feed is still off"
+    assert t.context.layout.latest_version(tasks) == before, "nothing written"
+
+
 def test_a_tube_keeps_no_feed_until_changes_turns_it_on_from_then(
         sq: Queue, spark: SparkSession) -> None:
     t = sq.create_tube("t", "fifottl")
