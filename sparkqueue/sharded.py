@@ -176,7 +176,5 @@ class ShardedTube(Tube):
         if not self.options.get("change_feed", True):
             raise NotSupported(f"tube {self.name!r} was created with change_feed=False: "
                                "it keeps no change feed to stream")
-        for part in self._parts:  # every shard's refusal before any shard's feed is on
-            streaming.check_start(part, starting_version)
-        return sh.union([streaming.changes(part, starting_version) for part in self._parts])
+        return sh.union(streaming.changes(self._parts, starting_version))
 

@@ -116,9 +116,9 @@ class PutBatches:
             shards.put(contexts, batch, False, False, opts, "put", batch_id, txn)
 
 
-def check_start(tube: Tube, starting_version: int | None) -> bool:
+def _check_start(tube: Tube, starting_version: int | None) -> bool:
     """Refuse a ``starting_version`` that :func:`changes` would refuse once it has
-    turned the feed on, before it writes anything; whether the feed is off.
+    turned the feed on, before anything is written; whether the feed is off.
 
     A tube without a feed turns it on at a version after its current one, so
     any ``starting_version`` up to that one is before the feed."""
@@ -140,8 +140,10 @@ def check_start(tube: Tube, starting_version: int | None) -> bool:
     return off
 
 
-def changes(tube: Tube, starting_version: int | None) -> DataFrame:
-    """A streaming DataFrame of the tube's task transitions, from the Delta change data feed.
+def changes(tubes: list[Tube], starting_version: int | None) -> list[DataFrame]:
+    """A streaming DataFrame of each tube's task transitions (a sharded tube's
+    shards: each shard's ``starting_version`` refused or not before any
+    shard's feed is turned on), from the Delta change data feed.
 
     One row per task a commit changed: ``status`` after the change (``done``
     when it left the tube: ack, delete, ttl expiry), ``event`` the operation
@@ -157,7 +159,14 @@ def changes(tube: Tube, starting_version: int | None) -> DataFrame:
     first call turns it on (one metadata commit), and the feed holds the
     changes from then on: a ``starting_version`` before that is refused.
     """
-    turning_on = check_start(tube, starting_version)
+    off = [_check_start(t, starting_version) for t in tubes]
+    return [_feed(t, starting_version, turning_on)
+            for t, turning_on in zip(tubes, off, strict=True)]
+
+
+def _feed(tube: Tube, starting_version: int | None, turning_on: bool) -> DataFrame:
+    """:func:`changes` of one tube, its ``starting_version`` checked and
+    ``turning_on`` whether its feed was off."""
     ctx = tube.context
     ref = ctx.layout.tasks(ctx.key)
     if turning_on:

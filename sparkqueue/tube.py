@@ -415,7 +415,7 @@ class Tube:
         if not self.options.get("change_feed", True):
             raise NotSupported(f"tube {self.name!r} was created with change_feed=False: "
                                "it keeps no change feed to stream")
-        return streaming.changes(self, starting_version)
+        return streaming.changes([self], starting_version)[0]
 
     def on_task_change(self, callback: Callback | None = None) -> Callback | None:
         """Set ``callback(tasks_df, event)``, called after each committed change made

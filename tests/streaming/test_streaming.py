@@ -149,6 +149,27 @@ def test_a_start_before_the_feed_is_refused_before_it_is_turned_on(
     assert t.context.layout.latest_version(tasks) == before, "nothing written"
 
 
+def test_a_sharded_tube_refuses_a_start_before_any_shard_turns_its_feed_on(
+        sq: Queue, spark: SparkSession) -> None:
+    t = sq.create_tube("s", "fifottl", shards=2)
+    t.parts[1].put([{"n": i} for i in range(2)])  # the second shard's alone
+    t.parts[1].take(2)  # commits on the second shard's tasks table only
+
+    def state() -> list[tuple[int, bool]]:
+        out = []
+        for part in t.parts:
+            ref = part.context.layout.tasks(part.context.key)
+            out.append((part.context.layout.latest_version(ref), st.keeps_feed(spark, ref)))
+        return out
+
+    before = state()
+    (first, _), (second, _) = before
+    assert first < second and not any(on for _, on in before)
+    with pytest.raises(InvalidOption, match="keeps no change feed yet"):
+        t.changes(starting_version=first + 1)  # after the first shard's, not the second's
+    assert state() == before, "no shard's feed turned on, nothing written"
+
+
 def test_a_tube_keeps_no_feed_until_changes_turns_it_on_from_then(
         sq: Queue, spark: SparkSession) -> None:
     t = sq.create_tube("t", "fifottl")
