@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYTHONWARNINGS := ignore::FutureWarning
 
-.PHONY: help setup java jars s3-jars demo test test-fast check bench connect-server sweep torture clean
+.PHONY: help setup java jars s3-jars demo test test-main test-compat test-fast check bench connect-server sweep torture clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -18,7 +18,7 @@ help:  ## list the targets
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e ".[test]"
+	$(PY) -m pip install --quiet -e ".[spark,test]"
 	touch $@
 
 setup: $(VENV)/.installed  ## create .venv with sparkqueue (editable) and the test tools
@@ -50,10 +50,20 @@ demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
 $(VENV)/spark-classes.jsa: $(VENV)/.installed tests/jvm.py
 	$(PY) -m tests.jvm
 
+# The whole suite on the main line (.venv: sparkqueue[spark]), then the compatibility tier.
+test: test-main test-compat  ## set up, then run the whole test suite and the compatibility tier
+
 # Two test workers (pytest-xdist), each with its own local Spark; the Spark Connect
 # tests run in a pytest process of their own (tests/test_spark_connect.py).
-test: jars s3-jars $(VENV)/bin/versitygw $(VENV)/spark-classes.jsa  ## set up, then run the whole test suite
+test-main: jars s3-jars $(VENV)/bin/versitygw $(VENV)/spark-classes.jsa  ## the whole suite on the main line
 	$(PY) -m pytest -n 2 tests
+
+# Every other supported Spark line, each in .venvs/spark-<line> on its own Python
+# (from PATH or ~/.pyenv; tests/compat.py): the contract on both engines, catalog roots,
+# sharded tubes, sink, changes, Consumer, the sweeper by spark-submit, Spark Connect.
+# LINES="3.5 4.0" runs those only.
+test-compat: setup java  ## the compatibility tier: Spark 3.5, 4.0 and 4.1, each in a venv of its own
+	$(PY) -m tests.compat $(LINES)
 
 test-fast: setup  ## the pure-logic tests only: no JVM, seconds
 	$(PY) -m pytest -q tests/unit

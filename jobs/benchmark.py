@@ -65,7 +65,7 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
 
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
     python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines,e2e,shards,s3
-    spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/benchmark.py
+    spark-submit $(sparkqueue submit-args) jobs/benchmark.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
 machine runs it; quote medians and ratios, and the machine.

@@ -5,7 +5,7 @@ and kicks, prints statistics, and runs one sweeper pass. Time is real here excep
 that moves an injected clock to show a delay ending without waiting.
 
     python jobs/demo.py [--root /tmp/sparkqueue-demo]
-    spark-submit --packages io.delta:delta-spark_4.2_2.13:4.4.0 jobs/demo.py
+    spark-submit $(sparkqueue submit-args) jobs/demo.py
     SPARK_REMOTE=sc://127.0.0.1:15002 python jobs/demo.py   # through Spark Connect
 """
 

@@ -1,7 +1,7 @@
 """sparkqueue's sweeper job: expiry, purges, maintenance and statistics snapshots.
 
-    spark-submit --properties-file conf/spark-submit.conf jobs/sweeper.py \\
-        --root ROOT [--tube NAME] [--once | --interval SECONDS] [--conf FILE]
+    spark-submit --properties-file conf/spark-submit.conf $(sparkqueue submit-args) \\
+        jobs/sweeper.py --root ROOT [--tube NAME] [--once | --interval SECONDS] [--conf FILE]
     python jobs/sweeper.py --root ROOT --once          # a local embedded Spark
     make sweep ROOT=/data/queues
 

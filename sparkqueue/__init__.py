@@ -13,7 +13,12 @@ Examples
 >>> jobs.ack(batch)                                             # doctest: +SKIP
 """
 
+# ruff: noqa: E402  (the installed Spark is checked before the imports that need it)
 from __future__ import annotations
+
+from .store.lines import require as _require_spark
+
+_require_spark()  # first: a missing or unsupported pyspark is one typed error, UnsupportedSpark
 
 from .clock import Clock, FakeClock, system_clock
 from .config import Config, load_config
@@ -38,6 +43,7 @@ from .errors import (
     Timeout,
     TubeExists,
     TubeNotFound,
+    UnsupportedSpark,
 )
 from .queue import Queue, connect
 from .session import session
@@ -51,7 +57,7 @@ __all__ = [
     "system_clock", "Config",
     "load_config", "QueueError", "TubeNotFound", "TubeExists", "TaskNotFound", "NotOwner",
     "InvalidState", "InvalidOption", "NotSupported", "CapacityExceeded", "SchemaMismatch",
-    "StorageError", "Timeout", "Consumer", "Progress",
+    "StorageError", "Timeout", "UnsupportedSpark", "Consumer", "Progress",
 ]
 
 __version__ = "0.1.0"

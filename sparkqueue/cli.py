@@ -14,14 +14,12 @@ a non-zero exit status (1: the queue refused, 2: bad command line).
 from __future__ import annotations
 
 import argparse
-import os
 import shlex
 import signal
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .config import Config, load_config
@@ -60,32 +58,14 @@ def _config(args: argparse.Namespace) -> tuple[Config, str]:
     return config, args.root or config.root
 
 
-def _queue(args: argparse.Namespace, app: str, quiet: bool = False) -> Any:
+def _queue(args: argparse.Namespace, app: str) -> Any:
+    """The Queue of the root the command names; its session's start-up prints
+    nothing (:func:`sparkqueue.session`), so a command's own output stands out."""
     import sparkqueue
 
     config, root = _config(args)
-    with _quiet_start(quiet):
-        spark = sparkqueue.session(app_name=app, root=root)
+    spark = sparkqueue.session(app_name=app, root=root)
     return sparkqueue.connect(spark, root, config=config)
-
-
-@contextmanager
-def _quiet_start(quiet: bool) -> Iterator[None]:
-    """Start the JVM with its stderr (Ivy's resolution report, Spark's start-up log)
-    sent to /dev/null, so that a command's own output and one-line errors stand out."""
-    from pyspark.sql import SparkSession
-
-    if not quiet or SparkSession.getActiveSession() is not None:
-        yield
-        return
-    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 2)  # inherited by the JVM started now, for good
-    try:
-        yield
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
 
 
 def run_sweeper(args: argparse.Namespace, out: Callable[[str], None] = print,
@@ -148,7 +128,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             print(shlex.join(submit_args(_config(args)[1])))
             return 0
-        queue = _queue(args, f"sparkqueue-{args.command}", quiet=True)
+        queue = _queue(args, f"sparkqueue-{args.command}")
         if args.command == "tubes":
             for name in queue.tubes():
                 print(name)

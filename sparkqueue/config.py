@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import tomllib
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10: the same parser, as a package (pyproject.toml asks for it there)
+    import tomli as tomllib
 
 from .errors import InvalidOption
 

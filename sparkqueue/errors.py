@@ -22,6 +22,7 @@ __all__ = [
     "SchemaMismatch",
     "StorageError",
     "Timeout",
+    "UnsupportedSpark",
 ]
 
 
@@ -124,3 +125,9 @@ class StorageError(QueueError):
 
 class Timeout(QueueError, TimeoutError):
     """An operation could not finish (e.g. kept conflicting) within its time limit."""
+
+
+class UnsupportedSpark(QueueError, ImportError):
+    """The Spark or Delta found (pyspark, Databricks Connect's pyspark, delta-spark)
+    is missing or not one sparkqueue runs on; the message names what was found and
+    the supported lines (:mod:`sparkqueue.store.lines`)."""

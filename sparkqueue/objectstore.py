@@ -29,6 +29,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .errors import InvalidOption, QueueError, StorageError
+from .store.lines import spark_jars
 
 __all__ = ["is_s3", "s3a_root", "hadoop_version", "hadoop_aws_package", "s3a_settings",
            "session_settings", "unreachable", "log_store_jar", "warn_if_unsafe", "LOG_STORE"]
@@ -63,17 +64,6 @@ def s3a_root(root: str) -> str:
     if scheme(root) == "s3":
         return "s3a" + root[len("s3"):]
     return root
-
-
-def spark_jars() -> Path:
-    """The folder of Spark's own jars: ``$SPARK_HOME/jars`` (spark-submit sets it, and
-    its Python then imports pyspark from a zip), else the pyspark package's."""
-    home = os.environ.get("SPARK_HOME")
-    if home and (Path(home) / "jars").is_dir():
-        return Path(home) / "jars"
-    import pyspark
-
-    return Path(pyspark.__file__).parent / "jars"
 
 
 def hadoop_version(jars: Path | None = None) -> str:

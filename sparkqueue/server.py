@@ -25,6 +25,7 @@ import pyspark
 from .config import load_config
 from .errors import QueueError
 from .session import delta_package
+from .store import lines
 
 __all__ = ["ConnectServer"]
 
@@ -74,7 +75,9 @@ class ConnectServer:
 
     def command(self) -> list[str]:
         submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-        args = [str(submit), "--class", CONNECT_SERVER, "--packages", delta_package()]
+        packages = [delta_package(), lines.installed().connect_package()]
+        args = [str(submit), "--class", CONNECT_SERVER,
+                "--packages", ",".join(p for p in packages if p)]
         for key, value in self.conf.items():
             args += ["--conf", f"{key}={value}"]
         return args

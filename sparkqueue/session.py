@@ -5,36 +5,42 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from importlib import metadata
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from pyspark.sql import SparkSession
 
 from . import objectstore
 from .config import load_config
-from .errors import QueueError
+from .errors import QueueError, UnsupportedSpark
+from .store import lines
 from .store.jvm import quiet_task_failures
 
 __all__ = ["session", "remote_session", "delta_package", "quiet_pyspark_loggers",
-           "quiet_task_failures"]
+           "quiet_task_failures", "submit_args"]
+
+#: Set (to anything but empty or 0) to see the JVM's start-up output: Ivy's
+#: resolution of the Delta jar, Spark's log.
+VERBOSE = "SPARKQUEUE_VERBOSE"
 
 
 def delta_package() -> str:
-    """The Maven coordinate of the Delta jar matching the installed pyspark."""
-    import pyspark
-
-    major_minor = ".".join(pyspark.__version__.split(".")[:2])
-    try:
-        version = metadata.version("delta-spark")
-    except metadata.PackageNotFoundError as e:  # pragma: no cover - install problem
-        raise QueueError("the delta-spark Python package is not installed") from e
-    return f"io.delta:delta-spark_{major_minor}_2.13:{version}"
+    """The Maven coordinate of the Delta jar matching the installed pyspark and
+    delta-spark (:mod:`sparkqueue.store.lines`)."""
+    return lines.installed().delta_package()
 
 
 def quiet_pyspark_loggers() -> None:
-    """Stop PySpark logging every failed query: sparkqueue raises its own typed errors."""
-    from pyspark.logger import PySparkLogger
-
+    """Stop PySpark logging every failed query: sparkqueue raises its own typed errors.
+    (pyspark 4 has these loggers; 3.5 logs no failed query.)"""
+    try:
+        from pyspark.logger import PySparkLogger
+    except ImportError:
+        return
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         PySparkLogger.getLogger(name).setLevel(logging.CRITICAL)
 
@@ -73,8 +79,16 @@ def submit_args(root: str | None = None) -> list[str]:
     args = ["--packages", delta_package()]
     if objectstore.is_s3(root or load_config().root):
         args[1] += f",{objectstore.hadoop_aws_package()}"
-        args += ["--jars", str(objectstore.log_store_jar(metadata.version("delta-spark")))]
+        args += ["--jars", str(objectstore.log_store_jar(_delta_version()))]
     return args
+
+
+def _delta_version() -> str:
+    """The installed delta-spark's release (an :class:`UnsupportedSpark` without one)."""
+    lines.installed().delta_package()  # says what is missing
+    version = lines.installed().delta
+    assert version is not None
+    return version
 
 
 def remote_session(url: str) -> SparkSession:
@@ -110,6 +124,12 @@ def session(
     and its settings from the AWS environment (:mod:`sparkqueue.objectstore`);
     ``conf`` wins over those.
 
+    A new session's JVM prints nothing here: its output (Ivy's resolution of
+    the Delta jar, Spark's log) goes to ``sparkqueue-spark-<pid>.log`` in the
+    temporary folder, whose end a failed start quotes; ``SPARKQUEUE_VERBOSE=1``
+    shows it instead. Its Python workers run on this process's Python unless
+    ``PYSPARK_PYTHON`` or ``spark.pyspark.python`` names another.
+
     Examples
     --------
     >>> spark = sparkqueue.session()                       # doctest: +SKIP
@@ -122,13 +142,48 @@ def session(
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
+    found = lines.installed()
+    if found.client_only:
+        raise UnsupportedSpark(
+            f"Databricks Connect's pyspark ({found.pyspark}) runs Spark Connect sessions "
+            "only: set SPARK_REMOTE, or pass the DatabricksSession to sparkqueue.connect")
     _check_java()
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = _settings(root, conf, master)
+    if settings["spark.master"].startswith("local") and "spark.pyspark.python" not in settings:
+        # A local session's Python workers run on `python3` from PATH by default, which
+        # may be another Python than this one (PYTHON_VERSION_MISMATCH at the first UDF)
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    builder = SparkSession.builder.appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    verbose = os.environ.get(VERBOSE, "") not in ("", "0")
+    log = Path(tempfile.gettempdir()) / f"sparkqueue-spark-{os.getpid()}.log"
+    try:
+        with _output_to(None if verbose else log):
+            spark = builder.getOrCreate()
+    except Exception as e:
+        tail = "" if verbose or not log.exists() else (
+            f" The JVM's output ({log}) ends:\n" + log.read_text(errors="replace")[-2000:])
+        raise QueueError(
+            f"could not start Spark with Delta ({settings.get('spark.jars.packages')}): {e}. "
+            "Check that Java 17 is installed and that Maven Central is reachable for the "
+            f"Delta jar (or that it is already in the Ivy cache).{tail}"
+        ) from e
+    quiet_task_failures(spark)
+    return spark
+
+
+def _settings(root: str | None, conf: dict[str, Any] | None,
+              master: str | None) -> dict[str, str]:
+    """A new local session's settings: conf/'s ``[spark]``, S3's for an S3 ``root``,
+    ``conf``, ``master``, under spark-submit its own command line's; the Delta
+    jar of the installed line, its SQL extension and catalog."""
     config = load_config()
     settings: dict[str, str] = dict(config.spark)
     packages = [delta_package()]
     if objectstore.is_s3(root or config.root):
-        s3, more = objectstore.session_settings(metadata.version("delta-spark"))
+        s3, more = objectstore.session_settings(_delta_version())
         if settings.get("spark.jars"):
             s3["spark.jars"] = f"{settings['spark.jars']},{s3['spark.jars']}"
         settings.update(s3)
@@ -147,16 +202,27 @@ def session(
         settings["spark.jars.packages"] = ",".join(packages)
     settings["spark.sql.extensions"] = "io.delta.sql.DeltaSparkSessionExtension"
     settings["spark.sql.catalog.spark_catalog"] = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
-    builder = SparkSession.builder.appName(app_name)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
+    return settings
+
+
+@contextmanager
+def _output_to(log: Path | None) -> Iterator[None]:
+    """Send what a JVM started now prints (Ivy's resolution, Spark's log) to ``log``
+    for good: the JVM inherits this process's standard output and error as
+    they are when it starts. ``None``: leave them."""
+    if log is None:
+        yield
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    saved = [os.dup(1), os.dup(2)]
+    target = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
-        spark = builder.getOrCreate()
-    except Exception as e:
-        raise QueueError(
-            f"could not start Spark with Delta ({settings.get('spark.jars.packages')}): {e}. "
-            "Check that Java 17 is installed and that Maven Central is reachable for the "
-            "Delta jar (or that it is already in the Ivy cache)."
-        ) from e
-    quiet_task_failures(spark)
-    return spark
+        os.dup2(target, 1)
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        for fd in (*saved, target):
+            os.close(fd)

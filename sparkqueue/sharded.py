@@ -86,10 +86,10 @@ class ShardedTube(Tube):
         """``tasks`` by shard: sorted ids per shard, or for a DataFrame too big to
         collect, its rows of each shard."""
         ids = validate.task_ids(tasks)
-        if isinstance(ids, DataFrame):
+        if st.is_dataframe(ids):
             ids = ops.collected_ids(ids)
         count = len(self._parts)
-        if isinstance(ids, DataFrame):
+        if not isinstance(ids, list):  # too many to collect
             shard = F.pmod(F.col("task_id").cast("long"), F.lit(count))
             return {k: ids.where(shard == k) for k in range(count)}
         out: dict[int, list[int]] = {}

@@ -36,9 +36,9 @@ CHANGE_COLUMNS = ["task_id", "status", "event", "owner", "pri", "utube", "taken_
 def sink(tube: Tube, stream_df: DataFrame, checkpoint_location: str,
          trigger: dict[str, Any] | None, put_opts: dict[str, Any]) -> StreamingQuery:
     """Start a streaming query putting every row of ``stream_df`` into ``tube``, exactly once."""
-    if not isinstance(stream_df, DataFrame) or not stream_df.isStreaming:
+    if not st.is_dataframe(stream_df) or not stream_df.isStreaming:
         raise InvalidOption(f"sink() needs a streaming DataFrame, got {type(stream_df).__name__}"
-                            f"{'' if not isinstance(stream_df, DataFrame) else ' (not streaming)'}")
+                            f"{'' if not st.is_dataframe(stream_df) else ' (not streaming)'}")
     if not isinstance(checkpoint_location, str) or not checkpoint_location:
         raise InvalidOption(f"sink() needs a checkpoint location, got {checkpoint_location!r}")
     if trigger is not None and not isinstance(trigger, dict):

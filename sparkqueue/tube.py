@@ -87,7 +87,7 @@ class Tube:
         them commits without a MERGE (:func:`leased.on_whole_files`)."""
         if op.on_leases and not kwargs.get("extra"):
             tasks = validate.task_ids(tasks)  # bad ids fail here, before any commit
-            if isinstance(tasks, DataFrame):
+            if st.is_dataframe(tasks):
                 tasks = ops.collected_ids(tasks)
             if isinstance(tasks, list):
                 done = leased.on_whole_files(self._ctx, op, tasks,
@@ -330,12 +330,12 @@ class Tube:
 
         def read() -> DataFrame:
             view = recs.view(self._ctx, self._ctx.now())
-            if isinstance(ids, DataFrame):
+            if st.is_dataframe(ids):
                 chosen = view.join(ids.select(F.col("task_id").cast("long")).distinct(),
                                    "task_id", "left_semi")
             else:
                 chosen = view.where(F.col("task_id").isin(ids))
-            out = chosen.select(*st.PUBLIC_COLUMNS).localCheckpoint(eager=True)
+            out = st.frozen(chosen.select(*st.PUBLIC_COLUMNS))
             if single and out.isEmpty():
                 raise TaskNotFound(self.name, ids if isinstance(ids, list) else [])
             return out

@@ -15,6 +15,7 @@ from typing import Any
 
 from pyspark.sql import Column, DataFrame
 
+from . import store as st
 from .errors import InvalidOption
 
 __all__ = ["tube_name", "seconds", "count", "batch", "pri", "integer", "task_ids", "one_id",
@@ -130,7 +131,7 @@ def task_ids(tasks: Any) -> list[int] | DataFrame:
 
     An id is any non-negative ``numbers.Integral`` (numpy's too), never a bool.
     """
-    if isinstance(tasks, DataFrame):
+    if st.is_dataframe(tasks):
         if "task_id" not in tasks.columns:
             raise InvalidOption(
                 f"a DataFrame of tasks needs a task_id column; it has {tasks.columns}"

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame
 
+from . import store as st
 from . import validate
 from .engine import leased, ops, shards
 from .engine.take import take_once, take_with_acks
@@ -247,11 +248,10 @@ class Consumer:
 
 
 def _taken_counts(batch: DataFrame) -> dict[int, int]:
-    """``task_id -> taken_count`` of a batch, collected through Arrow (columnar: no
-    Python Row object per task, as ``collect()`` builds)."""
-    table = batch.select("task_id", "taken_count").toArrow()
-    return dict(zip(table.column("task_id").to_pylist(),
-                    table.column("taken_count").to_pylist(), strict=True))
+    """``task_id -> taken_count`` of a batch, collected through Arrow where there is
+    (columnar: no Python Row object per task, as ``collect()`` builds)."""
+    ids, counts = st.column_values(batch.select("task_id", "taken_count"))
+    return dict(zip(ids, counts, strict=True))
 
 
 def _ids(outcome: Any) -> set[int]:
@@ -259,6 +259,6 @@ def _ids(outcome: Any) -> set[int]:
     if outcome is None:
         return set()
     ids = validate.task_ids(outcome)
-    if isinstance(ids, DataFrame):
-        return {int(r[0]) for r in ids.select("task_id").collect()}
-    return set(ids)
+    if isinstance(ids, list):
+        return set(ids)
+    return {int(r[0]) for r in ids.select("task_id").collect()}

@@ -161,9 +161,19 @@ def root(tmp_path: Path) -> str:
     return str(tmp_path / "queues")
 
 
-@pytest.fixture
-def sq(spark: SparkSession, root: str, clock: FakeClock) -> Queue:
-    return sparkqueue.connect(spark, root, owner="consumer-a", clock=clock)
+#: The engines the tests' queues run on a classic session (``SPARKQUEUE_TEST_ENGINES``,
+#: comma-separated; by default the one the session chooses). The compatibility
+#: tier (tests/compat.py) runs its tests on both.
+TEST_ENGINES = [e for e in os.environ.get("SPARKQUEUE_TEST_ENGINES", "").split(",") if e]
+
+
+@pytest.fixture(params=TEST_ENGINES or None)
+def sq(request: pytest.FixtureRequest, spark: SparkSession, root: str,
+       clock: FakeClock) -> Queue:
+    engine = getattr(request, "param", None)
+    queue = sparkqueue.connect(spark, root, owner="consumer-a", clock=clock, engine=engine)
+    assert engine is None or queue.engine == engine
+    return queue
 
 
 class OwnSubQueues:

@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 import sparkqueue
 from sparkqueue import FakeClock, InvalidOption, Queue, Tube, cli
 from sparkqueue.engine.records import live_tasks
+from sparkqueue.session import submit_args
 from sparkqueue.sweep import cold_groups, compact
 from tests.conftest import ids, versions
 
@@ -190,7 +191,7 @@ def _write_conf(path: Path, **sweeper: float) -> Path:
 def _submit(root: str, conf: Path, *args: str) -> subprocess.Popen[str]:
     env = short_lived(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     cmd = [str(Path(sys.executable).parent / "spark-submit"),
-           "--properties-file", str(REPO / "conf" / "spark-submit.conf"),
+           "--properties-file", str(REPO / "conf" / "spark-submit.conf"), *submit_args(root),
            "--conf", "spark.databricks.delta.retentionDurationCheck.enabled=false",
            "--conf", "spark.sql.shuffle.partitions=2",
            str(REPO / "jobs" / "sweeper.py"), "--root", root, "--conf", str(conf), *args]

@@ -150,7 +150,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                          **({"partial": after.partial} if after.partial else {}),
                          **({"ack": len(acking or [])} if acked else {}))
         if head is None and len(spans) == 1:  # read by the choice and the write
-            spans = [spans[0]._replace(rows=spans[0].rows.localCheckpoint())]
+            spans = [spans[0]._replace(rows=st.frozen(spans[0].rows, eager=False))]
         pending = reduce(DataFrame.unionByName, [run.rows for run in spans])
         picked = pick(sess, now, None, lambda _: head or choice(ctx, pending, files, n, win, now),
                       n if n <= COLLECT_UPTO else 0, step=ctx.shards)

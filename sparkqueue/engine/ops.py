@@ -102,18 +102,18 @@ def id_run(lo: int, hi: int, step: int, count: int) -> list[int] | None:
 
 
 def collected_ids(frame: DataFrame) -> list[int] | DataFrame:
-    """The task ids of ``frame`` as a sorted list (through Arrow: columnar, no Row
-    per task); ``frame`` itself when they are too many or some are negative (the
+    """The task ids of ``frame`` as a sorted list (through Arrow where there is:
+    columnar, no Row per task); ``frame`` itself when they are too many or some are negative (the
     MERGE then says which are missing). A NULL or non-integer id is refused.
     A take's result whose ids the take wrote down (:func:`taken_ids`) is not read."""
     known = taken_ids(frame)
     if known is not None and len(known) <= ACK_COLLECT_UPTO:
         return known
-    table = (frame.select(F.col("task_id").try_cast("long"), F.col("task_id").try_cast("string"))
-             .limit(ACK_COLLECT_UPTO + 1).toArrow())
-    ids = table.column(0).to_pylist()
+    ids, raws = st.column_values(
+        frame.select(st.try_cast(F.col("task_id"), "long"),
+                     st.try_cast(F.col("task_id"), "string")).limit(ACK_COLLECT_UPTO + 1))
     if None in ids:
-        raw = table.column(1)[ids.index(None)].as_py()
+        raw = raws[ids.index(None)]
         raise InvalidOption("task ids must be non-negative integers; the DataFrame's task_id "
                             f"column holds {'NULL' if raw is None else repr(raw)}")
     if len(ids) > ACK_COLLECT_UPTO or any(i < 0 for i in ids):
@@ -163,7 +163,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     who = ctx.who(owner)
     # bad ids fail here, before any Spark job or ingest commit
     ids = None if chooser is not None else validate.task_ids(tasks)
-    if isinstance(ids, DataFrame):  # one Spark job, before anything is written
+    if st.is_dataframe(ids):  # one Spark job, before anything is written
         ids = collected_ids(ids)
     layout = ctx.layout
     path = layout.tasks(ctx.key)
@@ -424,7 +424,7 @@ def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
         ids = [int(r["task_id"]) for r in rows]
         return Picked(chosen, ids[0], ids[-1], expiry_counts([r["status"] for r in rows]),
                       len(ids), ids)
-    base = frame.localCheckpoint(eager=True)
+    base = st.frozen(frame)
     stats = base.agg(
         F.count("*"), F.min("task_id"), F.max("task_id"),
         *[F.count(F.when(F.col("status") == s, 1)) for s in EXPIRY_COUNTS.values()],

@@ -71,7 +71,7 @@ def payload_of(ctx: TubeContext, data: Any,
     """``data`` as a DataFrame, and its payload: a struct Column of that frame's
     columns, conformed to the tube's schema. The frame keeps every column,
     as per-row options are Columns of them."""
-    if isinstance(data, DataFrame):
+    if st.is_dataframe(data):
         if not data.columns:
             raise InvalidOption("a DataFrame put needs at least one column")
         frame = data
@@ -295,18 +295,18 @@ def checked(col: Column, what: str) -> Column:
     seconds, not NULL, negative or NaN, and finite unless it may never end.
     """
     if what == "pri":
-        value = col.try_cast("long")
+        value = st.try_cast(col, "long")
         lo, hi = validate.PRI_RANGE
         bad = (col.isNotNull() & value.isNull()) | (value < lo) | (value > hi)
         rule = f"an integer from {lo} to {hi}"
     else:
-        value = col.try_cast("double")
+        value = st.try_cast(col, "double")
         bad = value.isNull() | F.isnan(value) | (value < 0)
         if what not in validate.NEVER_ENDS:
             bad = bad | (value == float("inf"))
         rule = "a non-negative number of seconds" + (
             "" if what in validate.NEVER_ENDS else ", finite")
-    shown = F.coalesce(col.try_cast("string"), F.lit("NULL"))
+    shown = F.coalesce(st.try_cast(col, "string"), F.lit("NULL"))
     error = F.raise_error(F.concat(F.lit(f"sparkqueue:InvalidOption:0 {what} must be {rule}, "
                                          "got "), shown))
     return F.when(bad, error.cast("long" if what == "pri" else "double")).otherwise(value)

@@ -39,6 +39,7 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from .. import store as st
 from ..store import CommitTag, When, effective_status
@@ -238,7 +239,8 @@ def live_tasks(ctx: TubeContext, now: float, pending: bool = True) -> DataFrame:
             tasks = tasks.unionByName(rows, allowMissingColumns=True)
     tasks = tasks.where("task_id >= 0")
     if "data" not in tasks.columns:  # nothing was ever put: no payload schema yet
-        tasks = tasks.withColumn("data", F.struct())
+        # a typed NULL: Spark 3.5 cannot encode an empty struct's value
+        tasks = tasks.withColumn("data", F.lit(None).cast(T.StructType([])))
     return tasks.withColumn("eff", F.expr(effective_status(now)))
 
 

@@ -29,6 +29,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from .. import store as st
 from ..task import Task
 from . import ingest as ing
 from . import put as putting
@@ -110,9 +111,8 @@ def _put_rows_apart(contexts: list[TubeContext], data: Any, single: bool, urgent
     ref = contexts[0]
     assert isinstance(opts.utube, Column)
     frame, payload = putting.payload_of(ref, data, _known_schema(contexts))
-    staged = (frame.select(payload.alias("_sq_payload"), "*")
-              .withColumn("_sq_shard", utube_shard_column(opts.utube, len(contexts)))
-              .localCheckpoint(eager=True))
+    staged = st.frozen(frame.select(payload.alias("_sq_payload"), "*")
+                       .withColumn("_sq_shard", utube_shard_column(opts.utube, len(contexts))))
     rows, _ = putting.put_rows(ref, staged, F.col("_sq_payload"), opts, urgent)
     rows.agg(F.sum(F.hash(*rows.columns))).collect()  # every row's checks run: one job
     written: list[Any] = []

@@ -65,7 +65,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         rows, near_head = candidates(ctx, now, n, gone)
         chosen = ctx.driver.choose(rows, n, win)
         if near_head:  # enough free heads near the head, or choose from all
-            chosen = chosen.localCheckpoint(eager=True)
+            chosen = st.frozen(chosen)
             if chosen.count() < n:
                 rows, _ = candidates(ctx, now, n, gone, bounded=False)
                 chosen = ctx.driver.choose(rows, n, win)

@@ -15,12 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from py4j.protocol import Py4JError
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from ..errors import StorageError
 from . import schema, smallfiles
+from .dialect import Dialect
 from .filestats import FILE_STATS, stats_of
 from .log import LogReader
 from .paths import settings
@@ -46,6 +47,7 @@ class Accelerator:
         self.spark = log.spark
         self.jvm = jvm
         self._path_class = jvm.org.apache.hadoop.fs.Path  # looked up once: a py4j call a name
+        self.dialect = Dialect(jvm)
 
     def reading_all(self, path: str) -> Any:
         """A Delta transaction on the newest snapshot of ``path`` that has read all of it.
@@ -227,9 +229,8 @@ class Accelerator:
 
     def _action(self, action: dict[str, Any]) -> Any:
         """A Delta log action (its JSON form as a dict) as Delta's own object."""
-        jvm = self.jvm
-        parse = getattr(getattr(jvm, "org.apache.spark.sql.delta.actions.Action$"), "MODULE$")
-        return parse.fromJson(json.dumps(action))
+        return self.dialect.module("org.apache.spark.sql.delta.actions.Action").fromJson(
+            json.dumps(action))
 
     def start_transaction(self, path: str) -> Any:
         """A Delta transaction on the newest snapshot of ``path`` (Delta's internal API)."""
@@ -262,29 +263,24 @@ class Accelerator:
         actions replace files; the commit is then an UPDATE (no predicate),
         ``updated_rows`` of them updated when given (its operation metrics).
         """
-        jvm = self.jvm
+        jvm, dialect = self.jvm, self.dialect
         ops = "org.apache.spark.sql.delta.DeltaOperations"
-        scala = jvm.scala.jdk.javaapi.CollectionConverters
         if appended:
-            write = getattr(getattr(jvm, f"{ops}$Write$"), "MODULE$")
-            operation = write.apply(jvm.org.apache.spark.sql.SaveMode.Append,
-                                    *[getattr(write, f"apply$default${i}")() for i in range(2, 10)])
+            operation = dialect.append_operation()
         elif updated:
-            operation = getattr(getattr(jvm, f"{ops}$Update$"), "MODULE$").apply(
-                jvm.scala.Option.empty())
+            operation = dialect.module(f"{ops}$Update").apply(jvm.scala.Option.empty())
             if updated_rows is not None:
                 self._metrics(txn, {"numUpdatedRows": updated_rows})
         elif deleted_rows is None:
-            operation = getattr(getattr(jvm, f"{ops}$ManualUpdate$"), "MODULE$")
+            operation = dialect.module(f"{ops}$ManualUpdate")
         else:
-            operation = getattr(getattr(jvm, f"{ops}$Delete$"), "MODULE$").apply(
-                scala.asScala(jvm.java.util.ArrayList()).toSeq())
+            operation = dialect.module(f"{ops}$Delete").apply(dialect.seq([]))
             self._metrics(txn, {"numDeletedRows": deleted_rows, "numRemovedFiles": len(actions)})
-        actions = jvm.scala.jdk.javaapi.CollectionConverters.asScala(actions).toSeq()
+        actions = dialect.seq(actions)
         if tag is None:
             version = int(txn.commit(actions, operation))
         else:
-            sessions = SparkSession._get_j_spark_session_class(jvm)
+            sessions = dialect.session_class()
             with self.log.tagged(tag) as sess:
                 # Delta takes commitInfo.userMetadata from the thread's active session
                 sessions.setActiveSession(sess._jsparkSession)
@@ -299,16 +295,13 @@ class Accelerator:
         """Give ``txn``'s commit these operation metrics (what DESCRIBE HISTORY
         shows, and the call counts of ``engine.stats`` read)."""
         jvm = self.jvm
-        scala = jvm.scala.jdk.javaapi.CollectionConverters
         metrics = jvm.java.util.HashMap()
         for name, value in values.items():
             metric = jvm.org.apache.spark.sql.execution.metric.SQLMetrics.createMetric(
                 self.spark.sparkContext._jsc.sc(), name)
             metric.set(value)
             metrics.put(name, metric)
-        immutable = getattr(getattr(jvm, "scala.collection.immutable.Map$"), "MODULE$")
-        txn.registerSQLMetrics(self.spark._jsparkSession,
-                               getattr(immutable, "from")(scala.asScala(metrics)))
+        txn.registerSQLMetrics(self.spark._jsparkSession, self.dialect.immutable_map(metrics))
 
     def purge_inbox(self, tube: str, cursor: Cursor, held: Sequence[PutFile] = ()) -> int:
         """Remove the inbox files of the puts up to ``cursor`` (ingested); rows removed.
@@ -405,8 +398,7 @@ class Accelerator:
         try:
             log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
                 self.spark._jsparkSession, self.log.table_path(path))
-            empty = jvm.scala.Option.empty()
-            snapshot = log.update(False, empty, empty)
+            snapshot = self.dialect.updated_snapshot(log)
             version = int(snapshot.version())
             stats = DataFrame(snapshot.withStats(), self.spark)
         except Py4JError:
