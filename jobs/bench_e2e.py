@@ -114,14 +114,15 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
 
 
 def in_new_process(root: str, drain_kind: str, rows: int, batch: int, repeat: int,
-                   warm: bool, memory: str) -> dict[str, float]:
-    """:func:`worker` in a Python process of its own; its figures."""
+                   warm: bool, memory: str, python: str = sys.executable) -> dict[str, float]:
+    """:func:`worker` in a process of its own, of ``python`` (another venv's: another
+    Spark line, whose Python workers run on it too); its figures."""
     out = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-e2e-")) / "figures.json"
     subprocess.run(
-        [sys.executable, __file__, "--drain", drain_kind, "--rows", str(rows),
+        [python, __file__, "--drain", drain_kind, "--rows", str(rows),
          "--drain-batch", str(batch), "--repeat", str(repeat), "--root", root,
          "--driver-memory", memory, "--json", str(out), *(["--warm"] if warm else [])],
-        env=dict(os.environ), check=True)
+        env={**os.environ, "PYSPARK_PYTHON": python}, check=True)
     figures: dict[str, float] = json.loads(out.read_text())
     return figures
 

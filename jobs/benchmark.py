@@ -36,6 +36,10 @@ new processes from the first put call to the last ack (cold, then warm), put to
 takeable against a plain Delta append, and take(1) + ack(1) round trips against
 a one-row MERGE plus a one-row UPDATE.
 
+The lines section (jobs/bench_lines.py) runs a new worker's take + ack drain
+of --rows tasks in batches of --drain-batch on every supported Spark line, each
+in a venv of its own, against a plain Delta append of the same rows on that line.
+
 The shards section (jobs/bench_shards.py) runs four consumers, each a Spark
 application of its own, on a four-shard tube against one consumer, and
 against four on a tube of one shard (--shard-single-rows tasks, as it drains
@@ -64,7 +68,8 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
     python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
-    python jobs/benchmark.py --sections utube    # put,take,drain,utube,sweep,engines,e2e,shards,s3
+    python jobs/benchmark.py --sections utube  # of put,take,drain,utube,engines,e2e,lines,
+                                               #    shards,s3,sweep
     spark-submit $(sparkqueue submit-args) jobs/benchmark.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
@@ -87,6 +92,7 @@ from typing import Any
 
 from bench_e2e import Sizes, bench_e2e
 from bench_engines import bench_engines, consume_all, ingested, payload, say, timed
+from bench_lines import bench_lines
 from bench_report import core_speed, write_report
 from bench_s3 import bench_s3
 from bench_shards import bench_shards
@@ -99,7 +105,7 @@ from sparkqueue import s3gateway
 from sparkqueue.store import TASK_FILE_ROWS
 
 #: the benchmark's sections, in the order they run
-SECTIONS = ("put", "take", "drain", "utube", "engines", "e2e", "shards", "s3", "sweep")
+SECTIONS = ("put", "take", "drain", "utube", "engines", "e2e", "lines", "shards", "s3", "sweep")
 
 
 def sub_queue_rows(spark: SparkSession, queues: int, each: int) -> DataFrame:
@@ -357,6 +363,11 @@ def main(argv: list[str] | None = None) -> int:
         figures.update(bench_e2e(spark, sq, f"{root}/e2e", Sizes(
             args.rows, args.drain_batch, args.e2e_big_rows, args.e2e_big_batch,
             args.round_trip_rows, args.repeat, args.driver_memory), say))
+
+    if "lines" in sections:
+        say(f"every Spark line: a new worker's take + ack of {args.rows} tasks")
+        figures.update(bench_lines(f"{root}/lines", args.rows, args.drain_batch,
+                                   args.driver_memory, say))
 
     if "shards" in sections:
         say(f"shards: consumers in Spark applications of their own, {args.shard_rows} tasks")

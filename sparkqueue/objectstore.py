@@ -29,10 +29,11 @@ from typing import Any
 from urllib.parse import urlparse
 
 from .errors import InvalidOption, QueueError, StorageError
-from .store.lines import spark_jars
+from .store.lines import conditional_puts, spark_jars
 
 __all__ = ["is_s3", "s3a_root", "hadoop_version", "hadoop_aws_package", "s3a_settings",
-           "session_settings", "unreachable", "log_store_jar", "warn_if_unsafe", "LOG_STORE"]
+           "session_settings", "unreachable", "log_store_args", "log_store_jar", "warn_if_unsafe",
+           "LOG_STORE"]
 
 #: The URI schemes of S3 roots; all are read through S3A.
 S3_SCHEMES = ("s3a", "s3")
@@ -227,12 +228,25 @@ def _delta_storage(version: str, cache: Path) -> Path:
 def session_settings(delta_version: str, env: Mapping[str, str] | None = None,
                      ) -> tuple[dict[str, str], list[str]]:
     """What a new session needs for S3 roots: its settings (S3A's from ``env``,
-    sparkqueue's log store for s3a and s3, its jar) and the packages to add."""
+    sparkqueue's log store for s3a and s3 and its jar, where pyspark's Hadoop
+    makes conditional PUTs) and the packages to add."""
     settings = s3a_settings(env)
-    settings["spark.jars"] = str(log_store_jar(delta_version))
-    for name in S3_SCHEMES:
-        settings[f"spark.delta.logStore.{name}.impl"] = LOG_STORE
+    jar = log_store_args(delta_version)
+    if jar:
+        settings["spark.jars"] = jar[1]
+        for name in S3_SCHEMES:
+            settings[f"spark.delta.logStore.{name}.impl"] = LOG_STORE
     return settings, [hadoop_aws_package()]
+
+
+def log_store_args(delta_version: str) -> list[str]:
+    """spark-submit's ``--jars`` of sparkqueue's log store for Delta ``delta_version``
+    (compiled now if it is not yet); none where pyspark's Hadoop cannot make the
+    conditional PUTs it commits with (Delta's default log store then serves,
+    safe with one writing application: :func:`warn_if_unsafe` says so)."""
+    if not conditional_puts(hadoop_version()):
+        return []
+    return ["--jars", str(log_store_jar(delta_version))]
 
 
 #: Log stores that keep commits to S3 from several writers apart.
@@ -253,10 +267,15 @@ def warn_if_unsafe(root: str, spark: Any) -> None:
     import warnings
 
     store = log_store or "Delta's default, S3SingleDriverLogStore"
+    hadoop = hadoop_version()
+    fix = (f"Build the session with sparkqueue.session(root=...), which sets "
+           f"spark.delta.logStore.s3a.impl to {LOG_STORE}" if conditional_puts(hadoop) else
+           f"This Hadoop ({hadoop}) cannot make the conditional PUTs that {LOG_STORE} "
+           "commits with (Hadoop 3.4.2 and later can: Spark 4.1 and later bundle it); "
+           "keep to one writing application, or use Delta's S3DynamoDBLogStore")
     warnings.warn(
         f"{root}: this session's Delta log store for s3a ({store}) keeps commits "
         "apart inside one Spark application "
         "only: two applications writing these tubes can lose a commit (a put, an ack, "
-        "or a lease given twice). Build the session with sparkqueue.session(root=...), "
-        f"which sets spark.delta.logStore.s3a.impl to {LOG_STORE}.",
+        f"or a lease given twice). {fix}.",
         RuntimeWarning, stacklevel=3)

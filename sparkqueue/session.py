@@ -79,16 +79,8 @@ def submit_args(root: str | None = None) -> list[str]:
     args = ["--packages", delta_package()]
     if objectstore.is_s3(root or load_config().root):
         args[1] += f",{objectstore.hadoop_aws_package()}"
-        args += ["--jars", str(objectstore.log_store_jar(_delta_version()))]
+        args += objectstore.log_store_args(lines.installed().delta_release())
     return args
-
-
-def _delta_version() -> str:
-    """The installed delta-spark's release (an :class:`UnsupportedSpark` without one)."""
-    lines.installed().delta_package()  # says what is missing
-    version = lines.installed().delta
-    assert version is not None
-    return version
 
 
 def remote_session(url: str) -> SparkSession:
@@ -183,7 +175,7 @@ def _settings(root: str | None, conf: dict[str, Any] | None,
     settings: dict[str, str] = dict(config.spark)
     packages = [delta_package()]
     if objectstore.is_s3(root or config.root):
-        s3, more = objectstore.session_settings(_delta_version())
+        s3, more = objectstore.session_settings(lines.installed().delta_release())
         if settings.get("spark.jars"):
             s3["spark.jars"] = f"{settings['spark.jars']},{s3['spark.jars']}"
         settings.update(s3)

@@ -7,11 +7,12 @@ For each line of :data:`sparkqueue.store.lines.LINES` other than this venv's:
    ``PATH``, else pyenv's ``~/.pyenv/versions/3.X.*``), holding the line's
    tested pyspark and delta-spark and sparkqueue itself (editable), made
    once and made again when the line's pins change;
-2. pytest there, on :data:`TESTS`: the contract of every driver and of a
-   sharded tube on both engines of a classic session, catalog roots, sharded
+2. pytest there, on :data:`TESTS`: the contract on a classic session (the
+   engine the line runs there: every verb on fifottl, utubettl and a sharded
+   tube, a round trip on fifo, utube and limfifottl), catalog roots, sharded
    tubes, the sink, ``changes`` and the ``Consumer``, the sweeper through
-   ``spark-submit``, and tests/connect (the portable engine as a Spark
-   Connect client of a server of that line: the contract, a catalog tube,
+   ``spark-submit``, and tests/connect: the portable engine as a Spark
+   Connect client of a server of that line (the contract, a catalog tube,
    the demo, the command line, a notebook, a sink, a consumer and a sweep).
 
 ``python -m tests.compat [LINE ...]`` runs the lines named (default: all but
@@ -30,6 +31,7 @@ import time
 from pathlib import Path
 
 from sparkqueue.store.lines import LINES, Line, installed
+from tests.conftest import COMPAT
 
 REPO = Path(__file__).resolve().parent.parent
 VENVS = REPO / ".venvs"
@@ -43,22 +45,20 @@ TESTS = [
     "tests/test_sweeper.py::test_sweeper_job_through_spark_submit_survives_sigkill",
     "tests/test_spark_connect.py",
 ]
-#: The engines the classic-session tests run on (tests/conftest.py reads it).
-ENGINES = "accelerated,portable"
 
 
 def python_for(line: Line) -> str:
-    """The interpreter of ``line``'s Python: on PATH, or one of pyenv's builds."""
+    """The interpreter of ``line``'s Python: one of pyenv's builds, or on PATH (pyenv's
+    shims on PATH may name versions that are not selected: each is tried)."""
     name = f"python{line.python}"
-    found = shutil.which(name)
-    if found:
-        return found
     pyenv = Path(os.environ.get("PYENV_ROOT", Path.home() / ".pyenv")) / "versions"
-    builds = sorted(pyenv.glob(f"{line.python}.*/bin/{name}"))
-    if builds:
-        return str(builds[-1])
+    found = [str(p) for p in sorted(pyenv.glob(f"{line.python}.*/bin/{name}"), reverse=True)]
+    on_path = shutil.which(name)
+    for python in [*found, *([on_path] if on_path else [])]:
+        if subprocess.run([python, "-c", ""], capture_output=True).returncode == 0:
+            return python
     raise SystemExit(f"Spark {line.spark}'s tests run on Python {line.python}, and no "
-                     f"{name} was found on PATH or in {pyenv}: install it "
+                     f"{name} was found in {pyenv} or on PATH: install it "
                      f"(pyenv install {line.python}) or put it on PATH")
 
 
@@ -89,7 +89,7 @@ def run_line(line: Line, extra: list[str]) -> tuple[bool, float]:
     started = time.monotonic()
     venv = venv_for(line)
     python = str(venv / "bin" / "python")
-    env = {**os.environ, "PYSPARK_PYTHON": python, "SPARKQUEUE_TEST_ENGINES": ENGINES,
+    env = {**os.environ, "PYSPARK_PYTHON": python, COMPAT: "1",
            "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("VIRTUAL_ENV", None)
     print(f"\n=== Spark {line.spark}: pyspark {line.pyspark}, delta-spark {line.delta}, "

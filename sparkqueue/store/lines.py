@@ -25,7 +25,8 @@ from pathlib import Path
 
 from ..errors import UnsupportedSpark
 
-__all__ = ["LINES", "Line", "Installed", "installed", "require", "spark_jars", "supported"]
+__all__ = ["LINES", "Line", "Installed", "check", "conditional_puts", "installed", "require",
+           "scala_of", "spark_jars", "supported"]
 
 
 @dataclass(frozen=True)
@@ -103,16 +104,20 @@ class Installed:
     delta: str | None
     client_only: bool
 
-    def delta_package(self) -> str:
-        """The Maven coordinate of the Delta jar that matches the installed
-        delta-spark and pyspark (with pyspark's Scala)."""
+    def delta_release(self) -> str:
+        """The installed delta-spark's release: what a local session's Delta jar must be."""
         if self.delta is None:
             raise UnsupportedSpark(
                 f"a local Spark session needs Delta's jar, and delta-spark is not installed "
                 f"(found pyspark {self.pyspark}): pip install "
                 f"'delta-spark=={self.line.delta}', the release that pairs with Spark "
                 f"{self.line.spark}")
-        return self.line.delta_package(self.delta, scala_of(spark_jars()))
+        return self.delta
+
+    def delta_package(self) -> str:
+        """The Maven coordinate of the Delta jar that matches the installed
+        delta-spark and pyspark (with pyspark's Scala)."""
+        return self.line.delta_package(self.delta_release(), scala_of(spark_jars()))
 
     def connect_package(self) -> str | None:
         """The Spark Connect server's package where pyspark's jars lack it."""
@@ -140,9 +145,7 @@ def _distribution(name: str) -> str | None:
 
 @cache
 def installed() -> Installed:
-    """The installed Spark and Delta, checked: an :class:`UnsupportedSpark` when
-    pyspark is missing or of no supported line, or delta-spark does not pair
-    with it."""
+    """The installed Spark and Delta, checked (:func:`check`)."""
     if importlib.util.find_spec("pyspark") is None:
         raise UnsupportedSpark(
             "pyspark is not installed. sparkqueue runs on the Spark you have "
@@ -150,23 +153,43 @@ def installed() -> Installed:
             "or pip install 'sparkqueue[spark]' for a tested local pair")
     from pyspark.version import __version__ as pyspark_version
 
-    client_only = _distribution("databricks-connect") is not None
-    found = f"pyspark {pyspark_version}" + (" (Databricks Connect)" if client_only else "")
-    line = LINES.get(_series(pyspark_version))
+    return check(pyspark_version, _distribution("delta-spark"),
+                 client_only=_distribution("databricks-connect") is not None)
+
+
+def check(pyspark: str, delta: str | None, client_only: bool = False) -> Installed:
+    """The line of ``pyspark`` with ``delta`` (delta-spark's release, None: not
+    installed); an :class:`UnsupportedSpark` when pyspark is of no supported
+    line or delta-spark does not pair with it. ``client_only``: pyspark is
+    Databricks Connect's."""
+    found = f"pyspark {pyspark}" + (" (Databricks Connect)" if client_only else "")
+    line = LINES.get(_series(pyspark))
     if line is None:
         raise UnsupportedSpark(f"{found} is not supported: sparkqueue runs on {supported()}")
-    delta = _distribution("delta-spark")
     if delta is not None and _series(delta) not in line.deltas:
         raise UnsupportedSpark(
             f"delta-spark {delta} does not run on Spark {line.spark} ({found}): "
             f"Spark {line.spark} takes Delta {', '.join(line.deltas)} "
             f"(tested: delta-spark=={line.delta}); sparkqueue runs on {supported()}")
-    return Installed(pyspark_version, line, delta, client_only)
+    return Installed(pyspark, line, delta, client_only)
 
 
 def require() -> None:
     """Raise :class:`UnsupportedSpark` unless the installed Spark is supported."""
     installed()
+
+
+#: The first Hadoop whose S3A makes a create a conditional PUT
+#: (``fs.option.create.conditional.overwrite``): what sparkqueue's S3 log store
+#: commits with. pip's pyspark bundles Hadoop 3.3.4 (Spark 3.5), 3.4.1 (4.0),
+#: 3.4.2 (4.1) and 3.5.0 (4.2).
+CONDITIONAL_PUT_HADOOP = (3, 4, 2)
+
+
+def conditional_puts(hadoop: str) -> bool:
+    """Whether Hadoop ``hadoop``'s S3A makes conditional PUTs."""
+    parts = tuple(int(p) for p in re.findall(r"\d+", hadoop)[:3])
+    return parts >= CONDITIONAL_PUT_HADOOP
 
 
 def spark_jars() -> Path:

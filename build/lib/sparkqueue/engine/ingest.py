@@ -1,0 +1,347 @@
+"""Puts become tasks: the inbox rows after the cursor, read as task rows, and the ingest
+that moves them into the tasks table exactly once."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from .. import store as st
+from .. import validate
+from ..store import CommitTag, sql_num
+from .context import TubeContext
+
+#: A put's options that were one value for all its tasks (its commit tag's ``put``).
+PUT_TAG_FIELDS = [("now", "double"), ("pri", "long"), ("utube", "string"), ("ttl", "double"),
+                  ("ttr", "double"), ("delay", "double")]
+
+#: What ingest knows of each inbox file besides its put's tag (see :func:`read_put_files`).
+FILE_TAG_FIELDS = [("first_id", "long"), ("id_step", "long"), ("inbox_version", "long"),
+                   ("row_lo", "long"), ("row_hi", "long")]
+
+#: A place past the last row of any inbox file (``c.row_hi`` of a read of all rows).
+EVERY_ROW = 1 << 62
+
+#: Ingests of up to this many puts carry the puts' tag values as a literal map.
+TAGS_INLINE = 64
+
+#: An ingest writes runs of consecutive put files of at least this many tasks side
+#: by side, a task each (see :func:`runs`): an ingest of fewer is written by one.
+#: Each run is a scan, a plan and a task of its own, so fewer, longer runs cost
+#: less than many short ones (docs/design.md: "An ingest writes few, long runs").
+INGEST_RUN_ROWS = 25 * st.TASK_FILE_ROWS
+
+def tag_values(put: dict[str, Any]) -> tuple[Any, ...]:
+    """A put tag's values in ``PUT_TAG_FIELDS`` order, each one a task column can hold.
+
+    Puts are validated before they are written, but an inbox may hold tags that
+    an earlier release let through (a priority past BIGINT, a NaN time); ingest
+    must never fail on them, or the tube is stuck: a priority is clamped into
+    the range a put may give (urgent's included), a time that is not a
+    non-negative number falls back to its default, a utube that is not a string
+    to none.
+    """
+    def number(v: Any) -> float | None:
+        ok = isinstance(v, (int, float)) and not isinstance(v, bool) and not math.isnan(v)
+        return float(v) if ok and v >= 0 else None
+
+    pri = put.get("pri")
+    pri = int(pri) if isinstance(pri, (int, float)) and not math.isnan(pri) else 0
+    pri = min(max(pri, validate.URGENT_PRI), validate.PRI_RANGE[1])
+    utube = put.get("utube") if isinstance(put.get("utube"), str) else None
+    now = number(put.get("now"))
+    return (now or 0.0, pri, utube, *[number(put.get(k)) for k in ("ttl", "ttr", "delay")])
+
+def put_order_rows(puts: list[st.PutFile], next_id: int, n: int, now: float,
+                   start: int | None = None) -> tuple[int, int] | None:
+    """The first and last row (numbered as ids count them, :meth:`TubeContext.task_id`)
+    of the ``n`` tasks a ``head_only`` driver takes among the ``puts`` alone
+    (``next_id`` after the last; their rows from ``start`` on, by default all),
+    when their commit tags tell without reading them; None when they do not.
+
+    They tell when every put gave all its tasks one priority, the same for
+    every put, and no delay, no option as a Column (its tag's ``columns`` is
+    empty; a put written before tags said so counts as having some), and no
+    ttl that has ended by ``now`` (as :func:`task_row_sql` reckons it): every
+    task is then ready, and in :data:`~sparkqueue.drivers.base.ORDER` the
+    lowest rows come first.
+    """
+    names = [name for name, _ in PUT_TAG_FIELDS]
+    tags = [dict(zip(names, tag_values(f.tag), strict=True)) for f in puts]
+
+    def ready(tag: dict[str, Any]) -> bool:
+        ttl = st.INF if tag["ttl"] is None else tag["ttl"]
+        return not tag["delay"] and tag["now"] + ttl > now
+
+    if (not puts or any(f.tag.get("columns") != [] for f in puts)
+            or len({tag["pri"] for tag in tags}) > 1 or not all(map(ready, tags))):
+        return None
+    first = puts[0].first_id if start is None else start
+    return first, first + min(n, next_id - first) - 1
+
+def task_row_sql() -> dict[str, str]:
+    """SQL for each tasks-table column of a new task, by name (see ``task_columns``)."""
+    ttl = f"coalesce(ttl, c.ttl, {sql_num(st.INF)})"
+    delay = "coalesce(delay, c.delay, 0.0D)"
+    ttl_end = f"(c.now + {delay} + {ttl})"
+    task_id = "c.first_id + _row * c.id_step"  # see TubeContext.task_id
+    row = {
+        "task_id": task_id,
+        "status": f"CASE WHEN {delay} > 0 THEN 'delayed' ELSE 'ready' END",
+        "pri": "coalesce(pri, c.pri)",
+        "order_key": task_id,
+        "utube": "coalesce(utube, c.utube)",
+        "created": "c.now",
+        "ttl": ttl,
+        "ttr": f"coalesce(ttr, c.ttr, {ttl})",
+        "delay_end": f"CASE WHEN {delay} > 0 THEN c.now + {delay} ELSE 0.0D END",
+        "ttl_end": ttl_end,
+        "lease_end": "0.0D",
+        "next_event": f"CASE WHEN {delay} > 0 THEN least(c.now + {delay}, {ttl_end}) "
+                      f"ELSE {ttl_end} END",
+        "owner": "CAST(NULL AS STRING)",
+        "lease_token": "CAST(NULL AS STRING)",
+        "taken_count": "0L",
+        "buried_count": "0L",
+        "inbox_version": "c.inbox_version",
+        "changed_by": "'put'",
+        "change_token": "CAST(NULL AS STRING)",
+        "data": "data",
+    }
+    return {name: row[name] for name, _ in [*st.TASK_COLUMNS, ("data", None)]}
+
+#: ``task_columns`` as SQL text: two ``selectExpr`` calls cost far less to build
+#: than some sixty Column objects, each a round trip to the JVM (in a profile of
+#: put, the result's rows took 0.07 s this way and 0.36 s as Columns).
+_TASK_ROW_SQL = {name: f"{sql} AS {name}" for name, sql in task_row_sql().items()}
+
+# every column nullable, as the same columns read from a table are (a CASE
+# without ELSE is nullable), so results compare equal whichever way they came
+_NULLABLE_SQL = {name: f"CASE WHEN {name} IS NOT NULL THEN {name} END AS {name}"
+                 for name in task_row_sql()}
+
+def task_columns(joined: DataFrame, columns: list[str] | None = None) -> DataFrame:
+    """Task rows from inbox rows (with their place ``_row`` in their file) and,
+    in struct ``c``, their file's first id and commit and their put's tag values.
+
+    Tarantool's timing rules for a new task: ttl counts from the put and
+    includes the delay; ttr defaults to ttl; a delayed task waits until
+    ``now + delay``. A row's own value (an option given as a Column) wins over
+    the put's; the tube defaults were resolved into the tag at put time.
+    """
+    names = columns or list(_TASK_ROW_SQL)
+    return as_stored(joined.selectExpr(*[_TASK_ROW_SQL[n] for n in names]))
+
+
+def as_stored(rows: DataFrame) -> DataFrame:
+    """Task rows with every column nullable, as the same columns read from the
+    tasks table are: results compare equal whichever way they came."""
+    return rows.selectExpr(*[_NULLABLE_SQL[n] for n in rows.columns])
+
+
+def empty(ctx: TubeContext) -> DataFrame:
+    """An empty task DataFrame (a take that found nothing)."""
+    tasks = ctx.layout.read(ctx.layout.tasks(ctx.key))
+    if "data" not in tasks.columns:  # not ingested yet: the puts' payload, if any
+        payload = payload_schema(ctx) or T.StructType([])
+        tasks = tasks.withColumn("data", F.lit(None).cast(payload))
+    return ctx.spark.createDataFrame([], tasks.select(*st.PUBLIC_COLUMNS).schema)
+
+
+def payload_schema(ctx: TubeContext) -> T.StructType | None:
+    """The tube's payload schema; None until its first put. Read once: only
+    the first put sets it (later ones are conformed to it)."""
+    if ctx.schema is None:
+        ctx.schema = data_schema(ctx, ctx.layout.inbox(ctx.key))
+    return ctx.schema
+
+
+def data_schema(ctx: TubeContext, path: str) -> T.StructType | None:
+    """The payload struct of the table at ``path``; None while it has no ``data``."""
+    current = ctx.layout.read(path).schema
+    if "data" not in current.fieldNames():
+        return None
+    schema = current["data"].dataType
+    assert isinstance(schema, T.StructType)
+    return schema
+
+
+def pending_rows(ctx: TubeContext, spark: SparkSession, anchor: st.Cursor, upto: int,
+                 after: int | None = None, columns: list[str] | None = None,
+                 ) -> DataFrame | None:
+    """Inbox rows of the puts after ``anchor`` (or after version ``after``) up to
+    ``upto`` that are not ingested, as task rows (only ``columns`` of them when
+    given: fewer to plan)."""
+    files, next_id = ctx.layout.put_files(ctx.key, anchor, upto)
+    files = [f for f in within(files, next_id, anchor.first_pending, next_id)
+             if after is None or f.version > after]
+    if not files:
+        return None
+    return tasks_of_files(ctx, spark, files, columns,
+                          rows=(anchor.first_pending, next_id) if anchor.partial else None)
+
+
+def ends(files: list[st.PutFile], next_id: int) -> list[int]:
+    """The row after each of the put ``files`` (in id order, ``next_id`` after the last)."""
+    return [*[f.first_id for f in files[1:]], next_id] if files else []
+
+
+def within(files: list[st.PutFile], next_id: int, start: int, end: int) -> list[st.PutFile]:
+    """The put ``files`` (in id order, ``next_id`` after the last) that hold rows from
+    ``start`` to ``end`` (exclusive)."""
+    return [f for f, after in zip(files, ends(files, next_id), strict=True)
+            if after > start and f.first_id < end]
+
+
+def rows_held(files: list[st.PutFile], next_id: int, start: int, end: int) -> int:
+    """The rows of the put ``files`` (in id order, ``next_id`` after the last) that
+    hold rows ``start`` to before ``end``, all of theirs: what reading them reads."""
+    return sum(after - f.first_id for f, after in zip(files, ends(files, next_id), strict=True)
+               if after > start and f.first_id < end)
+
+
+def advanced(cursor: st.Cursor, files: list[st.PutFile], next_id: int, upto: int,
+             bound: int) -> st.Cursor:
+    """The cursor after an ingest from ``cursor`` of the rows below ``bound`` of the
+    puts up to inbox version ``upto`` (``files``: all of them after ``cursor``'s
+    version, ``next_id`` after the last): the last version whose puts it
+    ingested whole, and how many rows of the later ones (``Cursor.partial``)."""
+    rest = [f for f, after in zip(files, ends(files, next_id), strict=True) if after > bound]
+    if bound >= next_id or not rest:
+        return st.Cursor(upto, next_id)
+    first = next(f.first_id for f in files if f.version == rest[0].version)
+    return st.Cursor(rest[0].version - 1, first, bound - first)
+
+
+def runs(files: list[st.PutFile], next_id: int, least: int,
+         start: int | None = None) -> list[list[st.PutFile]]:
+    """Put files (in id order, ``next_id`` after the last; their rows from ``start``
+    on) cut into runs of consecutive files of at least ``least`` rows each (the
+    last one may hold fewer), which an ingest writes side by side
+    (:func:`store.ingest_frame`)."""
+    out: list[list[st.PutFile]] = [[]]
+    rows = 0
+    for f, after in zip(files, ends(files, next_id), strict=True):
+        if rows >= least:
+            out.append([])
+            rows = 0
+        out[-1].append(f)
+        rows += after - max(f.first_id, start or 0)
+    return out
+
+
+def tasks_of_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
+                   columns: list[str] | None = None, rows: tuple[int, int] | None = None,
+                   ) -> DataFrame:
+    """The rows of the inbox ``files`` as task rows (only ``columns`` when given; only
+    ``rows`` from its first to before its second, rows as ids count them).
+
+    A task's id is its file's first id plus its place in the file
+    (:meth:`Layout.put_files`), spaced for the tube's shards
+    (:meth:`TubeContext.task_id`); its other columns come from the row
+    (options given as Columns) and from its put's commit tag (the rest).
+    """
+    frame = read_put_files(ctx, spark, files, rows)
+    if rows is not None:
+        frame = frame.where("_row >= c.row_lo AND _row < c.row_hi")
+    return task_columns(frame, columns)
+
+
+def read_put_files(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
+                   rows: tuple[int, int] | None = None) -> DataFrame:
+    """The inbox ``files``' rows with their place ``_row`` in their file and, in
+    struct ``c``, their file's first id and commit, their put's tag values
+    (what :func:`task_columns` reads), and the places in the file of ``rows``
+    (``row_lo`` to before ``row_hi``; all without ``rows``).
+
+    Every value that differs from one call to the next comes from ``c``, a
+    lookup in a literal map (or a broadcast table) by the row's file: Spark
+    writes a number that is a literal of the query into its generated code,
+    where it keeps a map as data, so a read of other files or other rows
+    reuses the code a read of the same shape compiled (a drain's result of
+    every batch, read by its consumer)."""
+    payload = payload_schema(ctx)
+    assert payload is not None  # there were puts
+    frame = ctx.layout.read_files(ctx.layout.inbox(ctx.key), [f.name for f in files],
+                                  st.inbox_schema(payload), spark)
+    fields = FILE_TAG_FIELDS + PUT_TAG_FIELDS
+    lo, hi = rows if rows is not None else (0, EVERY_ROW)
+    values = [(f.name, ctx.task_id(f.first_id), ctx.shards, f.version,
+               lo - f.first_id, hi - f.first_id, *tag_values(f.tag)) for f in files]
+    if len(values) <= TAGS_INLINE:  # a literal map: no join, no extra Spark job
+        lit = st.sql_literal
+        tags = ", ".join(
+            lit(v[0], "string") + ", named_struct(" + ", ".join(
+                f"'{k}', {lit(x, t)}" for x, (k, t) in zip(v[1:], fields, strict=True))
+            + ")" for v in values)
+        return frame.selectExpr(
+            "*", "_metadata.row_index AS _row",
+            f"element_at(map({tags}), _metadata.file_name) AS c")
+    frame = frame.selectExpr("*", "_metadata.file_name AS _file", "_metadata.row_index AS _row")
+    table = spark.createDataFrame(values, "file string, " + ", ".join(
+        f"{k} {t}" for k, t in fields))
+    table = table.select("file", F.struct(*[k for k, _ in fields]).alias("c"))
+    return frame.join(F.broadcast(table), frame["_file"] == table["file"])
+
+
+class RunRows(NamedTuple):
+    """A run of puts (:func:`runs`) as task rows, and the task ids it spans."""
+
+    rows: DataFrame
+    first: int  #: its first task id
+    end: int  #: the next run's first task id (its ids are below)
+
+
+def run_frames(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
+               next_id: int, start: int | None = None, end: int | None = None,
+               ) -> list[RunRows]:
+    """The task rows of the put ``files`` (``next_id`` after the last; only their rows
+    from ``start`` to before ``end`` when given), one :class:`RunRows` per run
+    for an ingest to write side by side; none for no files."""
+    if not files:
+        return []
+    lo = max(files[0].first_id, start or 0)
+    hi = next_id if end is None else min(end, next_id)
+    grouped = [run for run in runs(files, hi, INGEST_RUN_ROWS, lo) if run]
+    firsts = [lo, *[run[0].first_id for run in grouped[1:]]]
+    out = []
+    for k, (run, first, after) in enumerate(zip(grouped, firsts, [*firsts[1:], hi],
+                                                strict=True)):
+        cut = first > run[0].first_id or (k == len(grouped) - 1 and hi < next_id)
+        out.append(RunRows(tasks_of_files(ctx, spark, run, rows=(first, after) if cut else None),
+                           ctx.task_id(first), ctx.task_id(after)))
+    return out
+
+
+def ingest(ctx: TubeContext) -> None:
+    """Move tasks put since the last ingest into the tasks table, exactly once."""
+    layout = ctx.layout
+    upto = layout.latest_version(layout.inbox(ctx.key))
+    if upto <= ctx.ingested_upto:
+        return
+    cursor = layout.cursor(ctx.key)
+    while upto > cursor.version:
+        tasks = layout.tasks(ctx.key)
+        before = layout.latest_version(tasks)
+        files, next_id = layout.put_files(ctx.key, cursor, upto)
+        files = within(files, next_id, cursor.first_pending, next_id)
+        if not files:  # only the sweeper's commits (purge, vacuum) since
+            break
+        tag = CommitTag.new("ingest", upto=upto, next_id=next_id)
+        with layout.tagged(tag) as sess:
+            layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id), [
+                run.rows for run in run_frames(ctx, sess, files, next_id, cursor.first_pending)])
+        if any(tag.token in (info.get("userMetadata") or "")
+               for _, info in layout.commit_infos(tasks, before)):
+            break
+        # skipped: another process ingested from this cursor first, maybe up to an
+        # older version or in part (a take of new puts): then only the cursor tells
+        later = layout.cursor(ctx.key)
+        if later == cursor:
+            return
+        cursor = later
+    ctx.ingested_upto = upto

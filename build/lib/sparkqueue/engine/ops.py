@@ -1,0 +1,451 @@
+"""The commit every state change goes through: one MERGE (or range UPDATE) whose clauses
+carry the checks, all or nothing. Verbs on whole files of the caller's leases may
+commit without it (:mod:`.leased`)."""
+
+from __future__ import annotations
+
+import uuid
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from .. import store as st
+from .. import validate
+from ..errors import (
+    InvalidOption,
+    QueueError,
+)
+from ..store import CommitTag, effective_status, sql_num
+from . import records, refusals
+from .context import TubeContext
+from .ingest import ingest
+
+#: Choices of at most this many tasks are collected to the driver (one Spark job less).
+COLLECT_UPTO = 10_000
+#: A take's choice: the chosen rows, or the id range ``(lo, hi)`` whose every row
+#: is chosen (known from file statistics), or None when nothing can be chosen.
+Chosen = DataFrame | tuple[int, int] | None
+
+#: Expiries a commit writes down, by the stored status of the rows it chose: a
+#: stored ``taken`` row chosen while ready had its lease end (ttr), a stored
+#: ``delayed`` one its delay end; the sweep marks ttl-expired rows ``expired``.
+EXPIRY_COUNTS = {"ttr": "taken", "delay": "delayed", "ttl": "expired"}
+
+@dataclass(frozen=True)
+class Op:
+    """One state-changing MERGE: which rows may change, and how."""
+
+    name: str
+    guard: str | None  # SQL of the error kind for a row that must not change, or NULL
+    action: dict[str, str] | None  # UPDATE SET; None means DELETE
+    skip: str | None = None  # SQL: rows that match but are left as they are
+    # error kind for ids with no row; None: such ids are passed over (a take's
+    # choice that was deleted meanwhile), which keeps the MERGE matched-only
+    missing: str | None = "TaskNotFound"
+    # Whether the op may touch tasks still in the inbox (ready ones): only then is
+    # the inbox ingested first. Ops on taken or buried tasks never need to.
+    pending: bool = False
+    # utube takes: each row's sub-queue must have no live lease in the snapshot the
+    # MERGE commits on; the source then carries ``arg_busy`` for the guard
+    exclusive: bool = False
+    # SQL: matched rows to delete rather than update (the sweep's ttl expiry)
+    delete_when: str | None = None
+    # The guard only ever says Stale, and the action names its owner and token as
+    # ``{owner}`` and ``{token}``: a choice of consecutive ids may then run as an
+    # UPDATE of their id range that leaves stale rows as they are, instead of a
+    # MERGE that joins a source (see ``update_range``)
+    by_range: bool = False
+    # The guard passes on every task the caller holds with a live lease, and the
+    # action reads the task's own row alone (``t.``, no source): whole data files
+    # of such tasks may be removed or rewritten without a MERGE (``engine.leased``)
+    on_leases: bool = False
+    # The chooser may pick tasks under a live lease (release_all): every lease
+    # record is written out first, not only those whose leases ended
+    chooses_leases: bool = False
+
+#: A DataFrame of at most this many ids is collected by ack (one Spark job; the
+#: MERGE's choice would take two), larger ones stay in Spark.
+ACK_COLLECT_UPTO = 1_000_000
+
+#: The task ids of DataFrames a take returned, where its commit showed them: by
+#: identity (weakly), as a sorted list. See :func:`taken_ids`.
+_TAKEN_IDS: weakref.WeakKeyDictionary[DataFrame, list[int]] = weakref.WeakKeyDictionary()
+
+
+def taken_ids(frame: DataFrame) -> list[int] | None:
+    """The task ids of ``frame``, a take's result, when the take wrote them down
+    (:func:`note_taken_ids`); None for any other DataFrame, a filtered or joined
+    one too. What its ack (:func:`collected_ids`) and a ``Consumer``'s batch
+    read instead of running a Spark job."""
+    return _TAKEN_IDS.get(frame)
+
+
+def note_taken_ids(frame: DataFrame, ids: list[int] | None) -> None:
+    """Write down ``ids`` (sorted) as the task ids of ``frame``, a take's result, when
+    its commit showed them without reading its rows (None: it did not): every
+    task of a run of consecutive ids was leased (the range UPDATE's count, or
+    whole head files whose statistics show a run, :func:`id_run`). A take's
+    result is immutable (one commit's rows, read at that commit), so they
+    stay its ids."""
+    if ids is not None:
+        _TAKEN_IDS[frame] = ids
+
+
+def id_run(lo: int, hi: int, step: int, count: int) -> list[int] | None:
+    """The ids ``lo, lo + step, .. hi`` when ``count`` tasks were changed within them
+    and that is all of them; else None (some ids between are not among them)."""
+    return list(range(lo, hi + 1, step)) if count == (hi - lo) // step + 1 else None
+
+
+def collected_ids(frame: DataFrame) -> list[int] | DataFrame:
+    """The task ids of ``frame`` as a sorted list (through Arrow where there is:
+    columnar, no Row per task); ``frame`` itself when they are too many or some are negative (the
+    MERGE then says which are missing). A NULL or non-integer id is refused.
+    A take's result whose ids the take wrote down (:func:`taken_ids`) is not read."""
+    known = taken_ids(frame)
+    if known is not None and len(known) <= ACK_COLLECT_UPTO:
+        return known
+    ids, raws = st.column_values(
+        frame.select(st.try_cast(F.col("task_id"), "long"),
+                     st.try_cast(F.col("task_id"), "string")).limit(ACK_COLLECT_UPTO + 1))
+    if None in ids:
+        raw = raws[ids.index(None)]
+        raise InvalidOption("task ids must be non-negative integers; the DataFrame's task_id "
+                            f"column holds {'NULL' if raw is None else repr(raw)}")
+    if len(ids) > ACK_COLLECT_UPTO or any(i < 0 for i in ids):
+        return frame
+    return sorted(set(ids))
+
+
+OWNED = ("CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
+         "WHEN {eff} <> 'taken' THEN 'InvalidState' "
+         "WHEN t.owner <> s.arg_owner THEN 'NotOwner' END")
+
+
+ACK = Op("ack", OWNED, None, on_leases=True)
+
+
+UNBURY = {"status": "'ready'", "delay_end": "0.0D"}
+
+
+
+def mutate(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
+           event: str | None = None, tag_extra: dict[str, int] | None = None,
+           owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
+           deadline: float | None = None, collect_upto: int = 0) -> DataFrame | None:
+    """Apply ``op`` to ``tasks`` (or to the rows ``chooser(now)`` picks) in one commit.
+
+    Returns the changed tasks as of the commit (immutable), or None when
+    there was nothing to change.
+    """
+    done = apply(ctx, op, tasks, extra, event, tag_extra, owner, chooser, deadline,
+                 collect_upto)
+    return None if done is None else done[0]
+
+
+def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
+          event: str | None = None, tag_extra: dict[str, int] | None = None,
+          owner: str | None = None,
+          chooser: Callable[[float], Chosen] | None = None,
+          deadline: float | None = None, collect_upto: int = 0,
+          acking: list[int] | None = None,
+          ) -> tuple[DataFrame, dict[str, int]] | None:
+    """:func:`mutate`, also returning the expiries the commit wrote down (ttl, ttr, delay).
+
+    ``acking``: ids (sorted, distinct) acked in the same commit, all or
+    nothing, as :meth:`ack` would (a consumer's previous batch): one MERGE
+    instead of two. The result then holds the ``op`` rows only.
+    """
+    who = ctx.who(owner)
+    # bad ids fail here, before any Spark job or ingest commit
+    ids = None if chooser is not None else validate.task_ids(tasks)
+    if st.is_dataframe(ids):  # one Spark job, before anything is written
+        ids = collected_ids(ids)
+    layout = ctx.layout
+    path = layout.tasks(ctx.key)
+
+    def attempt() -> tuple[DataFrame, dict[str, int]] | None:
+        if op.pending:
+            ingest(ctx)
+        now = ctx.now()
+        before = layout.latest_version(path)
+        if chooser is None or op.chooses_leases:  # the MERGE needs their rows
+            settled = refusals.settle_for(ctx, op, ids, who, now)
+        else:  # a choice by state: ended leases are ready (or expired) rows
+            settled = bool(records.settle_ended(ctx, now))
+        if acking:
+            settled = refusals.settle_for(ctx, ACK, acking, who, now) or settled
+        if settled:
+            before = layout.latest_version(path)
+        name = f"{op.name}+ack" if acking else op.name
+        tag = CommitTag.new(name, **(tag_extra or {}))
+        with layout.tagged(tag) as sess:
+            keep = ["utube"] if op.exclusive else []
+            picked = pick(sess, now, ids, chooser, collect_upto, keep, ctx.shards)
+            if picked is None and not acking:
+                return None
+            if picked is None:
+                assert acking
+                base = sess.createDataFrame([], ", ".join(
+                    ["task_id long"] + [f"{k} string" for k in keep]))
+                lo, hi, counts = acking[0], acking[-1], dict[str, int]()
+            else:
+                base, lo, hi, counts, chosen_count, _ = picked
+                if (op.by_range and not acking and not op.exclusive and not counts
+                    and chosen_count == (hi - lo) // ctx.shards + 1):
+                    version, updated = update_range(ctx, sess, op, lo, hi, who, tag, now,
+                                                    before)
+                    changed = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
+                        *st.PUBLIC_COLUMNS)
+                    note_taken_ids(changed, id_run(lo, hi, ctx.shards, updated))
+                    return changed, counts
+            chosen = base  # the op's own ids (without the acks riding along)
+            acks = None
+            if acking:
+                acks = st.id_frame(sess, acking, ctx.shards)
+                lo, hi = min(lo, acking[0]), max(hi, acking[-1])
+            if op.exclusive:
+                base = with_busy(ctx, sess, base, now, acking)
+            if acks is not None:
+                base = base.withColumn("arg_ack", F.lit(False)).unionByName(
+                    acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
+            if counts:
+                sess.conf.set(st.USER_METADATA, tag.adding(**counts).json())
+            version = merge_source(ctx, sess, op, base, extra, (lo, hi), tag, acks, who, now,
+                                   before, chosen=chooser is not None)
+        changes = layout.changed_at(
+            ctx.key, version, tag.token, lo, hi, updates=op.action is not None,
+            removable=chosen if op.action is None or op.delete_when else None,
+        ).select(*st.PUBLIC_COLUMNS)
+        if acks is not None and acking:
+            if ctx.listening():
+                ctx.emit(acked_rows(ctx, version, tag.token, acking), "ack")
+            if picked is None:
+                return None
+        return changes, counts
+
+    result = ctx.guarded(lambda: st.retrying(
+        attempt, deadline=deadline or ctx.deadline(), what=f"{op.name} on {ctx.name!r}"))
+    if result is not None:
+        ctx.emit(result[0], event or op.name)
+    return result
+
+
+def merge_source(ctx: TubeContext, sess: SparkSession, op: Op, base: DataFrame,
+                 extra: dict[str, Column] | None, bounds: tuple[int, int], tag: CommitTag,
+                 acks: DataFrame | None, who: str, now: float, before: int,
+                 chosen: bool) -> int:
+    """MERGE ``base`` (ids and ``arg_`` columns), with ``extra`` columns, the owner
+    ``who`` and a lease token, into the tasks table for ``op``, ids within
+    ``bounds``; the version committed. A failed guard becomes the typed error
+    naming every offending id; ``chosen``: the ids were a choice, which a
+    commit that changed nothing shows gone (choose again)."""
+    source = base.select(
+        "task_id",
+        *[c for c in base.columns if c.startswith("arg_")],
+        F.lit(who).alias("arg_owner"),
+        F.lit(uuid.uuid4().hex).alias("arg_token"),
+        *[col.alias(f"arg_{k}") for k, col in (extra or {}).items()],
+    )
+    path = ctx.layout.tasks(ctx.key)
+    lo, hi = bounds
+    on = f"t.task_id = s.task_id AND t.task_id >= {lo} AND t.task_id <= {hi}"
+    try:
+        st.merge(sess, path, source, on, merge_clauses(op, tag, now, acks is not None))
+    except Exception as e:
+        failed = st.guard_failure(e)
+        if failed is None:
+            raise
+        # only the acks' guard fails with an error kind (the op's says Stale)
+        raise (refusals.diagnose(ctx, ACK, acks, failed, who, now) if acks is not None
+               else refusals.diagnose(ctx, op, source, failed, who, now)) from e
+    found = ctx.layout.commit_of(path, tag.token, before)
+    if found is None and chosen:
+        # Delta commits no MERGE that changed nothing: every chosen row was
+        # removed (a take passes missing ids over) since the choice: choose again
+        raise st.StaleChoice(f"{op.name} on {ctx.name!r}: its choice is gone")
+    if found is None:
+        raise QueueError(f"commit tagged {tag.token} not found in the log of {path}")
+    return found[0]
+
+
+def merge_clauses(op: Op, tag: CommitTag, now: float, acking: bool) -> list[st.When]:
+    """The MERGE clauses of ``op`` (the source carries ``arg_owner``, ``arg_token``
+    and, with ``acking``, ``arg_ack`` for the acks riding along): the guard
+    that fails the commit, the change, and the ids with no row."""
+    sqlctx = sql_context(now, owner="s.arg_owner", token="s.arg_token")
+    clauses: list[st.When] = []
+    if op.guard:
+        guard = op.guard.format(**sqlctx)
+        if acking:
+            guard = f"CASE WHEN s.arg_ack THEN ({OWNED.format(**sqlctx)}) ELSE ({guard}) END"
+        clauses.append(st.When("update", f"({guard}) IS NOT NULL",
+                               {"task_id": st.raise_guard(guard)}))
+    if acking:
+        clauses.append(st.When("delete", "s.arg_ack"))
+    if op.delete_when:
+        clauses.append(st.When("delete", op.delete_when.format(**sqlctx)))
+    cond = f"NOT ({op.skip.format(**sqlctx)})" if op.skip else None
+    clauses.append(st.When("delete", cond) if op.action is None
+                   else st.When("update", cond, action_set(op, tag, sqlctx)))
+    if op.missing:
+        clauses.append(st.When("insert", None, {"task_id": st.raise_missing(op.missing)}))
+    elif acking:
+        clauses.append(st.When("insert", "s.arg_ack", {"task_id": st.raise_missing()}))
+    return clauses
+
+
+def sql_context(now: float, owner: str, token: str) -> dict[str, str]:
+    """What an ``Op``'s SQL templates are formatted with: the effective status
+    of the target row ``t`` at ``now``, ``now``, and the owner and lease token."""
+    return {"eff": effective_status(now, "t."), "now": sql_num(now),
+            "owner": owner, "token": token}
+
+
+def lease_context(now: float, who: str) -> dict[str, str]:
+    """:func:`sql_context` for a statement with no MERGE source: the owner ``who``
+    and a new lease token as literals."""
+    return sql_context(now, owner=st.sql_literal(who, "string"),
+                       token=st.sql_literal(uuid.uuid4().hex, "string"))
+
+
+def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int, who: str,
+                 tag: CommitTag, now: float, before: int) -> tuple[int, int]:
+    """Apply a ``by_range`` op to the ids ``lo..hi`` (all chosen) as one UPDATE;
+    the version it committed and how many rows it changed.
+
+    Where a MERGE joins the chosen ids to the table, an UPDATE only filters
+    its range. The rows it changes are those the guard passes in the
+    transaction's own snapshot, so a row is never leased twice: when a
+    concurrent take got some of them first, this take returns the others;
+    when it got them all, Delta commits nothing and the take chooses again.
+    """
+    sqlctx = lease_context(now, who)
+    assert op.guard is not None
+    path = ctx.layout.tasks(ctx.key)
+    st.update(sess, path,
+              f"t.task_id BETWEEN {lo} AND {hi} AND ({op.guard.format(**sqlctx)}) IS NULL",
+              action_set(op, tag, sqlctx))
+    committed = ctx.layout.commit_of(path, tag.token, before)
+    if committed is None or not int(committed[1].get("numUpdatedRows", 0)):
+        # every chosen row went stale between the choice and the UPDATE's snapshot
+        # (Delta then commits nothing): choose again, as the MERGE's guard would
+        raise st.StaleChoice(f"{op.name} of {lo}..{hi} on {ctx.name!r}")
+    return committed[0], int(committed[1]["numUpdatedRows"])
+
+
+def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str]:
+    """The SET of an updating ``op``: its action, and who changed the row, in
+    which commit, and when its state next changes by itself."""
+    assert op.action is not None
+    action: dict[str, str] = {k: v.format(**sqlctx) for k, v in op.action.items()}
+    action["changed_by"] = f"'{op.name}'"
+    action["change_token"] = f"'{tag.token}'"
+    action["next_event"] = st.next_event(*(
+        str(action.get(k, f"t.{k}")) for k in ("status", "delay_end", "lease_end", "ttl_end")))
+    return action
+
+
+def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,
+              acking: list[int] | None = None) -> DataFrame:
+    """``base`` with ``arg_busy``: its sub-queue has a live lease when the take commits.
+
+    The read of the tasks table below is not run here: it runs inside the
+    MERGE, where Delta plans every scan of the target table on the
+    transaction's own snapshot and records it as read. So a lease another
+    consumer committed after this take chose its rows is either seen here
+    (the guard answers Stale and the take chooses again) or makes the
+    commit conflict: a sub-queue is never leased twice.
+    """
+    leased = (ctx.layout.read(ctx.layout.tasks(ctx.key), sess)
+              .where("status = 'taken'")  # prunes files by their statistics
+              .where(f"{effective_status(now)} = 'taken'"))
+    if acking:  # acked in this same commit: their leases end with it
+        leased = st.without_ids(leased, acking, sess, ctx.shards)
+    # a flag, not the joined utube: the sub-queue of tasks put without one is NULL
+    leased = leased.select(F.col("utube").alias("busy_utube")).distinct()
+    leased = leased.withColumn("arg_busy", F.lit(True))
+    flagged = base.join(F.broadcast(leased), base["utube"].eqNullSafe(leased["busy_utube"]),
+                        "left")
+    return flagged.select("task_id", F.coalesce("arg_busy", F.lit(False)).alias("arg_busy"))
+
+
+class Picked(NamedTuple):
+    """:func:`pick`'s answer; ``ids``: the ids, sorted, when they came to the driver."""
+
+    frame: DataFrame
+    lo: int
+    hi: int
+    counts: dict[str, int]
+    total: int
+    ids: list[int] | None = None
+
+
+def pick(sess: SparkSession, now: float, ids: list[int] | DataFrame | None,
+         chooser: Callable[[float], Chosen] | None, collect_upto: int,
+         keep: list[str] | None = None, step: int = 1) -> Picked | None:
+    """The ids a MERGE (or range UPDATE) changes, their bounds, how many were
+    stored taken/delayed, and how many they are.
+
+    Small choices come to the driver in one job; big ones are checkpointed
+    in Spark (one job) and summarized (one more). A choice keeps the
+    columns ``keep`` beside ``task_id``. Ids of one shard are ``step`` apart.
+    """
+    keep = keep or []
+    if isinstance(ids, list):  # validated, sorted, distinct: no Spark job needed
+        if not ids:
+            return None
+        return Picked(st.id_frame(sess, ids, step), ids[0], ids[-1], {}, len(ids), ids)
+    if chooser is not None:
+        chosen = chooser(now)
+        if chosen is None:  # nothing can be chosen
+            return None
+        if isinstance(chosen, tuple):  # every id of a range
+            lo, hi = chosen
+            frame = sess.range(lo, hi + 1, step).select(F.col("id").alias("task_id"))
+            return Picked(frame, lo, hi, {}, (hi - lo) // step + 1)
+        frame = chosen.select("task_id", "status", *keep)
+    else:
+        assert ids is not None
+        frame = (ids.select(F.col("task_id").cast("long")).where("task_id IS NOT NULL")
+                 .distinct().withColumn("status", F.lit(None).cast("string")))
+    if collect_upto:
+        rows = frame.collect()
+        if not rows:
+            return None
+        rows = sorted(rows, key=lambda r: int(r["task_id"]))
+        chosen = sess.createDataFrame(
+            [(int(r["task_id"]), *[r[k] for k in keep]) for r in rows],
+            frame.select("task_id", *keep).schema)
+        ids = [int(r["task_id"]) for r in rows]
+        return Picked(chosen, ids[0], ids[-1], expiry_counts([r["status"] for r in rows]),
+                      len(ids), ids)
+    base = st.frozen(frame)
+    stats = base.agg(
+        F.count("*"), F.min("task_id"), F.max("task_id"),
+        *[F.count(F.when(F.col("status") == s, 1)) for s in EXPIRY_COUNTS.values()],
+    ).first()
+    if stats is None or not stats[0]:
+        return None
+    counts = {k: int(v) for k, v in zip(EXPIRY_COUNTS, stats[3:], strict=True) if v}
+    return Picked(base.select("task_id", *keep), int(stats[1]), int(stats[2]), counts,
+                  int(stats[0]))
+
+
+def expiry_counts(stored: list[str | None]) -> dict[str, int]:
+    """The expiries a commit writes down for the chosen rows, by their ``stored``
+    statuses (:data:`EXPIRY_COUNTS`): those that happened."""
+    counts = {k: stored.count(s) for k, s in EXPIRY_COUNTS.items()}
+    return {k: v for k, v in counts.items() if v}
+
+
+def acked_rows(ctx: TubeContext, version: int, token: str, ids: list[int]) -> DataFrame:
+    """The tasks ``ids`` (sorted) that the commit ``version`` (tagged ``token``) removed,
+    read from the files it removed, as acked (``done``): an ack's result and its
+    ``on_task_change`` event, however it committed."""
+    return ctx.layout.changed_at(ctx.key, version, token, ids[0], ids[-1], updates=False,
+                                 removable=ids, step=ctx.shards).select(*st.PUBLIC_COLUMNS)

@@ -1,0 +1,105 @@
+"""statistics: task counts by state at the clock's now, call counts from the Delta log."""
+
+from __future__ import annotations
+
+from functools import reduce
+
+from pyspark.sql import functions as F
+
+from ..task import LIVE_STATES
+from .context import TubeContext
+from .ops import EXPIRY_COUNTS
+from .records import live_tasks
+
+#: Tarantool's statistics keys, always present.
+CALL_KEYS = ("put", "take", "ack", "release", "bury", "kick", "delete", "touch", "ttl", "ttr",
+             "delay")
+
+#: How operations count in ``calls`` (others count under their own name).
+CALL_NAME = {"release_all": "release", "dig": "kick"}
+
+#: How a commit's rows count, for commits that are not one verb's MERGE (its rows
+#: updated and deleted), DELETE (an ack that removed whole files, its rows deleted)
+#: or UPDATE (a release, touch or bury that rewrote whole files, its rows updated):
+#: a put counts the rows it wrote; a take that also acked a consumer's previous
+#: batch counts its updates as takes and its deletes as acks; a take that replaced
+#: whole files (``engine.take.take_files``) or ingested new puts (an append, with
+#: maybe a consumer's acked files removed) counts what its tag says.
+CALL_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
+    "put": {"put": ("numOutputRows",)},
+    "take": {"take": ("numTargetRowsUpdated", "numUpdatedRows", "take")},
+    "take+ack": {"take": ("numTargetRowsUpdated", "take"),
+                 "ack": ("numTargetRowsDeleted", "ack")},
+    "ingest+take": {"take": ("take",), "ack": ("ack",)},
+}
+
+#: Commits of the machinery, not of a Tarantool verb: they count no calls.
+NOT_CALLS = frozenset({"ingest", "create", "payload", "truncate", "sweep", "purge", "settle"})
+
+#: Operations whose tasks count as completed (``tasks.done``).
+COMPLETING = ("ack", "delete", "done", "ttl")
+
+
+def census(ctx: TubeContext, now: float) -> tuple[dict[str, dict[str, int]], float | None]:
+    """Statistics at ``now``, and the creation time of the oldest ready task."""
+    return census_of([ctx], now)
+
+
+def census_of(contexts: list[TubeContext], now: float
+              ) -> tuple[dict[str, dict[str, int]], float | None]:
+    """:func:`census` of a tube's shards (one context each) added up, counted in
+    one Spark job."""
+    live = reduce(lambda a, b: a.unionByName(b), [
+        live_tasks(ctx, now).select("eff", "status", "created") for ctx in contexts])
+    rows = (live.groupBy("eff").agg(
+        F.count("*").alias("n"),
+        *[F.sum(F.when(F.col("status") == s, 1).otherwise(0)).alias(k)
+          for k, s in EXPIRY_COUNTS.items() if k != "ttl"],
+        F.min("created").alias("oldest"),
+    ).collect())
+    by_state = {r["eff"]: int(r["n"]) for r in rows}
+    calls = dict.fromkeys(CALL_KEYS, 0)
+    for ctx in contexts:
+        for key, value in logged_calls(ctx).items():
+            calls[key] = calls.get(key, 0) + value
+    # expiries that happened but were not yet written down count at once
+    for r in rows:
+        if r["eff"] == "ready":
+            calls["ttr"] += int(r["ttr"])
+            calls["delay"] += int(r["delay"])
+    calls["ttl"] += by_state.get("expired", 0)
+    tasks = {s.value: by_state.get(s.value, 0) for s in LIVE_STATES}
+    tasks["done"] = sum(calls.get(k, 0) for k in COMPLETING)
+    tasks["total"] = sum(by_state.get(s.value, 0) for s in LIVE_STATES)
+    oldest = next((float(r["oldest"]) for r in rows if r["eff"] == "ready"), None)
+    return {"tasks": tasks, "calls": calls}, oldest
+
+
+def logged_calls(ctx: TubeContext) -> dict[str, int]:
+    """Call counts from both tables' commit logs, read incrementally.
+
+    A commit counts the rows it changed under its operation's name (or
+    the count its tag holds, where its metrics have none), and the
+    expiries it wrote down (its tag's ttl, ttr and delay); commits of the
+    machinery (ingest, sweep, purge, ...) count only the latter.
+    """
+    total: dict[str, int] = {}
+    for path in (ctx.layout.inbox(ctx.key), ctx.layout.tasks(ctx.key)):
+        seen, counts = ctx.stats_cache.get(path, (-1, {}))
+        counts = dict(counts)
+        for h in ctx.layout.history(path, seen):
+            op = h["tag"]["sq"]
+            seen = max(seen, h["version"])
+            for k in EXPIRY_COUNTS:
+                counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
+            if op in NOT_CALLS:
+                continue
+            found = {**h["metrics"], **h["tag"]}
+            for name, keys in CALL_METRICS.get(op, {CALL_NAME.get(op, op): (
+                    "numTargetRowsUpdated", "numTargetRowsDeleted", "numDeletedRows",
+                    "numUpdatedRows")}).items():
+                counts[name] = counts.get(name, 0) + sum(int(found.get(k, 0)) for k in keys)
+        ctx.stats_cache[path] = (seen, counts)
+        for k, v in counts.items():
+            total[k] = total.get(k, 0) + v
+    return total

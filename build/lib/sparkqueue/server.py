@@ -1,0 +1,142 @@
+"""A local Spark Connect server with Delta, from the installed pyspark's own jars.
+
+For trying sparkqueue the way Databricks notebooks and Databricks Connect
+reach Spark (a Spark Connect client), and for the tests that do. It runs
+``spark-submit --class org.apache.spark.sql.connect.service.SparkConnectServer``
+with Delta's package and SQL extension, on 127.0.0.1.
+
+    python -m sparkqueue.server --port 15002      # then SPARK_REMOTE=sc://127.0.0.1:15002
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+import pyspark
+
+from .config import load_config
+from .errors import QueueError
+from .session import delta_package
+from .store import lines
+
+__all__ = ["ConnectServer"]
+
+CONNECT_SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class ConnectServer:
+    """One Spark Connect server process; :attr:`url` is what ``SPARK_REMOTE`` takes.
+
+    ``conf``: more Spark settings for the server (``spark.driver.memory``,
+    ``spark.master``, ...), over conf/sparkqueue.toml's ``[spark]`` ones.
+    ``log``: where its output goes (a file beside the working directory by
+    default). A context manager: started on entry,
+    stopped on exit.
+    """
+
+    def __init__(self, port: int | None = None, conf: dict[str, str] | None = None,
+                 log: str | Path | None = None) -> None:
+        self.port = port or free_port()
+        self.conf = {
+            "spark.master": "local[2]",
+            "spark.ui.enabled": "false",
+            # conf/'s [spark] settings, as sparkqueue.session() gives a local session
+            **load_config().spark,
+            "spark.sql.extensions": "io.delta.sql.DeltaSparkSessionExtension",
+            "spark.sql.catalog.spark_catalog": "org.apache.spark.sql.delta.catalog.DeltaCatalog",
+            "spark.connect.grpc.binding.address": "127.0.0.1",
+            "spark.connect.grpc.binding.port": str(self.port),
+            # this Python (which has sparkqueue) runs the server's Python workers:
+            # a streaming sink's foreachBatch function runs in one
+            "spark.pyspark.python": sys.executable,
+            **(conf or {}),
+        }
+        self.log = Path(log or f"spark-connect-{self.port}.log")
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"sc://127.0.0.1:{self.port}"
+
+    def command(self) -> list[str]:
+        submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
+        packages = [delta_package(), lines.installed().connect_package()]
+        args = [str(submit), "--class", CONNECT_SERVER,
+                "--packages", ",".join(p for p in packages if p)]
+        for key, value in self.conf.items():
+            args += ["--conf", f"{key}={value}"]
+        return args
+
+    def start(self, timeout: float = 300.0) -> ConnectServer:
+        """Start the server; return once it accepts connections (or raise, with its log)."""
+        env = dict(os.environ, SPARK_LOCAL_IP="127.0.0.1")
+        env.pop("SPARK_REMOTE", None)
+        env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+        with open(self.log, "wb") as out:
+            self.process = subprocess.Popen(self.command(), stdout=out, stderr=subprocess.STDOUT,
+                                            env=env, start_new_session=True)
+        until = time.monotonic() + timeout
+        while time.monotonic() < until:
+            if self.process.poll() is not None:
+                break
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.5)
+        tail = self.log.read_text(errors="replace")[-2000:] if self.log.exists() else ""
+        self.stop()
+        raise QueueError(f"the Spark Connect server did not start on port {self.port} "
+                         f"(log {self.log}):\n{tail}")
+
+    def stop(self) -> None:
+        """Stop the server and the JVM it started."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        os.killpg(self.process.pid, signal.SIGTERM)
+        try:
+            self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def __enter__(self) -> ConnectServer:
+        return self.start()
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 trace: TracebackType | None) -> None:
+        self.stop()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=15002)
+    args = parser.parse_args(argv)
+    server = ConnectServer(args.port).start()
+    print(f"Spark Connect with Delta at {server.url} (log {server.log}); Ctrl-C stops it",
+          flush=True)
+    try:
+        assert server.process is not None
+        server.process.wait()
+    except KeyboardInterrupt:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,122 @@
+"""Storage: the only code that knows Delta.
+
+- :mod:`.lines`: the supported Spark lines and what each needs (checked first);
+- :mod:`.frames`: DataFrames of every line (classic, Spark Connect's), frozen;
+- :mod:`.dialect`: the accelerator's JVM calls that differ by line;
+- :mod:`.schema`: the tables' columns, the commit tag, shared names;
+- :mod:`.sql`: query text over the tasks table's columns;
+- :mod:`.filestats`: what per-file statistics say (pure functions);
+- :mod:`.failures`: conflicts to retry, failed guards, missing tables;
+- :mod:`.log`: the Delta log read directly (versions, tags, cursor, put files);
+- :mod:`.files`: the log's files read through Spark (the portable way);
+- :mod:`.jvm`: the driver's JVM: files through Hadoop, Spark's logging;
+- :mod:`.txn`: Delta's transaction API, the JVM accelerator;
+- :mod:`.tables`: MERGE, UPDATE and DELETE of a table;
+- :mod:`.layout`: a root's tables: paths, creation, reads, results.
+
+Its public names are re-exported here.
+"""
+
+# ruff: noqa: E402  (the installed Spark is checked before the imports that need it)
+from __future__ import annotations
+
+from . import lines
+
+lines.require()  # before any import of pyspark: a missing or unsupported one is one typed error
+
+from .failures import (
+    StaleChoice,
+    conflicts_retried,
+    first_line,
+    guard_failure,
+    is_conflict,
+    is_missing_table,
+    missing_table_error,
+    retrying,
+    typed_guard_error,
+)
+from .filestats import (
+    FILE_STATS,
+    STATS_COLUMNS,
+    bound_sql,
+    file_entry,
+    head_bound,
+    head_files,
+    head_key,
+    may_hold,
+    may_hold_ready,
+    reaches,
+    ready_head,
+    stats_of,
+    whole_files,
+)
+from .frames import DATAFRAMES, column_values, frozen, is_dataframe, try_cast
+from .layout import ENGINES, Layout
+from .paths import append, read, read_stream, shard_key
+from .schema import (
+    CHANGE_TYPE,
+    FEW_FILES,
+    INF,
+    INGEST_TXN,
+    LEASE,
+    MARKER,
+    PUBLIC_COLUMNS,
+    RUNS_INLINE,
+    TAKE_FILE_ROWS,
+    TASK_COLUMNS,
+    TASK_FILE_ROWS,
+    TASK_TABLE_COLUMNS,
+    USER_METADATA,
+    CommitTag,
+    Cursor,
+    PutFile,
+    inbox_schema,
+    nullable,
+    parse_tag,
+)
+from .sql import (
+    effective_status,
+    id_frame,
+    id_runs,
+    next_event,
+    quoted,
+    raise_guard,
+    raise_missing,
+    ready_when,
+    sql_literal,
+    sql_num,
+    with_ids,
+    without_ids,
+)
+from .tables import (
+    When,
+    add_column,
+    delete,
+    feed_start,
+    is_path,
+    keep_feed,
+    keeps_feed,
+    merge,
+    update,
+    vacuum,
+)
+
+__all__ = [
+    "add_column", "append", "is_path", "read", "read_stream",
+    "CHANGE_TYPE", "DATAFRAMES", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN",
+    "LEASE", "MARKER",
+    "PUBLIC_COLUMNS",
+    "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS", "TASK_COLUMNS", "TASK_FILE_ROWS",
+    "TASK_TABLE_COLUMNS",
+    "USER_METADATA", "CommitTag", "Cursor", "Layout", "PutFile", "StaleChoice", "When", "delete",
+    "bound_sql", "column_values", "conflicts_retried",
+    "effective_status", "feed_start", "frozen", "is_dataframe", "file_entry", "first_line",
+    "guard_failure", "head_bound",
+    "head_files", "head_key", "id_frame", "id_runs", "inbox_schema", "is_conflict",
+    "is_missing_table", "keep_feed", "keeps_feed", "may_hold", "may_hold_ready",
+    "merge", "missing_table_error", "next_event", "nullable", "parse_tag", "quoted", "raise_guard",
+    "raise_missing",
+    "reaches", "ready_head", "ready_when", "retrying", "shard_key", "sql_literal", "sql_num",
+    "stats_of", "try_cast", "typed_guard_error", "update", "vacuum", "whole_files", "with_ids",
+    "without_ids",
+]

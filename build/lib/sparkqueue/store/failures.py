@@ -1,0 +1,135 @@
+"""Delta and Spark failures: conflicts to retry, guards that failed, missing tables."""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from ..errors import (
+    InvalidState,
+    NotOwner,
+    QueueError,
+    StorageError,
+    TaskNotFound,
+    Timeout,
+    TubeNotFound,
+)
+
+CONFLICT_MARKERS = (
+    "ConcurrentAppendException", "ConcurrentDeleteReadException",
+    "ConcurrentDeleteDeleteException", "ConcurrentTransactionException",
+    "MetadataChangedException", "ProtocolChangedException", "ConcurrentWriteException",
+    "DELTA_CONCURRENT_", "DELTA_METADATA_CHANGED", "DELTA_PROTOCOL_CHANGED",
+    "sparkqueue:Stale", "FileAlreadyExistsException",
+)
+
+
+GUARD = re.compile(r"sparkqueue:(\w+):(-?\d+)")
+
+
+class StaleChoice(Exception):
+    """A choice that a concurrent commit made stale before it committed anything:
+    choose again (retried like a conflict)."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"stale choice: {what}")
+
+
+def is_conflict(e: BaseException) -> bool:
+    """Whether ``e`` is a Delta commit conflict (or a stale choice) worth retrying."""
+    if isinstance(e, StaleChoice):
+        return True
+    text = f"{type(e).__name__} {e}"
+    return any(m in text for m in CONFLICT_MARKERS)
+
+
+def is_missing_table(e: BaseException) -> bool:
+    text = str(e)
+    return any(m in text for m in ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND",
+                                   "is not a Delta table", "PATH_NOT_FOUND"))
+
+
+def guard_failure(e: BaseException) -> tuple[str, int] | None:
+    """The (kind, task_id) of a guard that failed inside a MERGE, if that is what ``e`` is."""
+    m = GUARD.search(str(e))
+    if m is None or m.group(1) == "Stale":
+        return None
+    return m.group(1), int(m.group(2))
+
+
+R = TypeVar("R")
+
+
+#: Conflicts retried by :func:`retrying` in this process (see :func:`conflicts_retried`).
+_RETRIED = [0]
+
+
+def conflicts_retried() -> int:
+    """How many commits this process has retried after a Delta conflict so far:
+    what the benchmark reads to count conflicts per take."""
+    return _RETRIED[0]
+
+
+def retrying(fn: Callable[[], R], *, deadline: float, what: str) -> R:
+    """Run ``fn`` until it does not hit a Delta conflict, with jittered backoff.
+
+    Conflicts never reach the caller while ``deadline`` (monotonic seconds)
+    allows; after it, :class:`Timeout` says what kept conflicting.
+    """
+    attempt = 0
+    while True:
+        try:
+            return fn()
+        except QueueError:
+            raise
+        except Exception as e:
+            if not is_conflict(e):
+                raise
+            attempt += 1
+            _RETRIED[0] += 1
+            pause = min(2.0, 0.05 * (2 ** min(attempt, 6))) * (0.5 + random.random())
+            if time.monotonic() + pause > deadline:
+                raise Timeout(
+                    f"{what} kept conflicting with concurrent commits ({attempt} attempts)"
+                ) from e
+            time.sleep(pause)
+
+
+#: What a file system says when a table cannot be written where it was asked for.
+NOT_WRITABLE = ("DELTA_CANNOT_CREATE_LOG_PATH", "AccessDenied", "Permission denied",
+                "ParentNotDirectory", "Not a directory", "Mkdirs failed", "Read-only file system")
+
+
+def first_line(e: BaseException) -> str:
+    """The first line of an error's message, without a Java stack (for a Java
+    exception through py4j, the Java exception's own)."""
+    java = getattr(e, "java_exception", None)
+    text = str(java.toString() if java is not None else e).strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def typed_guard_error(tube: str, kind: str, ids: list[int], owner: str,
+                      states: dict[int, str]) -> QueueError:
+    """The API error for a failed guard, with every offending id found by diagnosis."""
+    if kind == "TaskNotFound":
+        return TaskNotFound(tube, ids)
+    if kind == "NotOwner":
+        return NotOwner(tube, ids, owner)
+    found = ", ".join(f"{i}: {states.get(i, '?')}" for i in ids[:10])
+    return InvalidState(f"task(s) in tube {tube!r} are not in a state that allows this "
+                        f"({found})", ids)
+
+
+def missing_table_error(tube: str, where: str, e: BaseException,
+                        known: list[str]) -> QueueError:
+    """The error for an operation on a tube whose tables are gone: dropped (it is no
+    longer in ``known``, the registered tubes), or missing under a registered tube
+    (``e`` a :class:`StorageError` naming the table, or Delta's own error)."""
+    if tube not in known:
+        return TubeNotFound(tube, known)
+    if isinstance(e, StorageError):
+        return StorageError(e.path, e.problem, tube)
+    return StorageError(where, f"a table of the tube is missing: {first_line(e)}", tube)

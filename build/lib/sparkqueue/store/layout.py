@@ -1,0 +1,507 @@
+"""The Delta tables of a queue root: paths, creation, reads and results.
+
+Layout of a queue root::
+
+    ROOT/_registry          one row per tube: name, type, options (JSON)
+    ROOT/_stats             the sweeper's statistics snapshots, one row per tube per pass
+    ROOT/tubes/<tube>/inbox       append-only; put() writes here and nowhere else
+    ROOT/tubes/<tube>/tasks       one row per live task; take/ack/... MERGE here
+
+Why two tables: open-source Delta offers only Serializable isolation, under
+which a blind append to a table aborts every concurrent MERGE that read it.
+Puts therefore never touch the table that takes read. Task ids count the rows
+put, in commit order (:meth:`Layout.put_files`): a row's id is the number of
+rows the inbox's put commits added before it, known from the Delta log once
+its commit landed, so concurrent appends never conflict over ids.
+
+Inbox rows reach the tasks table through *ingest*: an idempotent append
+(``txnAppId = sq-ingest``, ``txnVersion`` = the cursor it starts from) of
+the inbox rows committed after the cursor, together with a marker row
+recording the new cursor (markers have negative task ids; ``order_key``
+holds the next task id). Cursors only grow, so Delta skips an ingest from a
+cursor at or below one already ingested from: a task is never ingested
+twice, even after it was acked and removed. A take that finds no ready task
+in the tasks table may ingest and lease in one commit instead
+(``ingest+take``, :meth:`Accelerator.commit_ingest`), which records the same
+transaction id.
+
+Every commit is tagged with ``commitInfo.userMetadata`` (JSON: the operation
+and a token), which is how call statistics survive restarts and cover every
+process, and how an operation finds the version it committed. The rows a
+commit updates carry its token in ``change_token``: an operation reads its
+result from the table at its version (:meth:`Layout.changed_at`), so the
+change data feed serves only ``Tube.changes`` and a tube may keep none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import unquote
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..errors import NotSupported, StorageError
+from . import schema
+from .failures import NOT_WRITABLE, first_line
+from .files import SparkFiles
+from .filestats import STATS_COLUMNS
+from .jvm import HadoopFiles, delta_classes, jvm_of
+from .log import LogReader, commit_info
+from .paths import NO_TABLE, append, shard_key
+from .schema import (
+    CHECKPOINT_INTERVAL,
+    COMMITS_PER_CHECKPOINT,
+    CREATE_PATIENCE,
+    INBOX_COLUMNS,
+    INGEST_TXN,
+    TASK_COLUMNS,
+    TASK_TABLE_COLUMNS,
+    CommitTag,
+    Cursor,
+    PutFile,
+    parse_tag,
+)
+from .sql import with_ids
+from .tables import FEED, delete, ingest_frame, sql_table
+from .txn import Accelerator
+
+#: The engines a Layout can run: Delta's SQL and Spark's readers only, or those
+#: with Delta's transaction API and Hadoop's FileSystem in the driver's JVM.
+ENGINES = ("portable", "accelerated")
+
+#: Puts named by one DELETE of a purge of the inbox (:meth:`Layout.purge_inbox`).
+PURGE_TOKENS = 1_000
+
+
+class Layout(LogReader):
+    """Paths, tables and reads of one queue root (its log part is
+    :class:`~sparkqueue.store.log.LogReader`), with the JVM accelerator
+    (:class:`~sparkqueue.store.txn.Accelerator`) where there is one.
+
+    ``engine``: None chooses, here and only here: ``accelerated`` when the
+    session is classic (it has a JVM) and Delta's classes are in it,
+    ``portable`` otherwise (Spark Connect). ``portable`` may be asked for on a
+    classic session; ``accelerated`` where it cannot run is
+    :class:`NotSupported`.
+    """
+
+    def __init__(self, spark: SparkSession, root: str, engine: str | None = None) -> None:
+        if engine is not None and engine not in ENGINES:
+            raise NotSupported(f"engine must be one of {', '.join(ENGINES)} (or None: "
+                               f"chosen by the session), got {engine!r}")
+        jvm = None if engine == "portable" else jvm_of(spark)
+        if jvm is not None and not delta_classes(jvm):
+            jvm = None
+        if engine == "accelerated" and jvm is None:
+            raise NotSupported("the accelerated engine needs a classic SparkSession with "
+                               "open-source Delta's classes; use engine='portable'")
+        super().__init__(spark, root, SparkFiles(spark) if jvm is None
+                         else HadoopFiles(spark, jvm))
+        self.accelerator = None if jvm is None else Accelerator(self, jvm)
+
+    @property
+    def engine(self) -> str:
+        """``accelerated`` or ``portable``: see the class."""
+        return "portable" if self.accelerator is None else "accelerated"
+
+    def create_registry(self) -> None:
+        """Create the registry of a new root. A root whose registry is gone while its
+        tubes' tables are there is damaged, not new: an empty registry would hide
+        them (``TubeNotFound``) and let a new tube of the same name adopt their tasks."""
+        if not self.exists(self.registry):
+            orphans = self.tube_dirs()
+            where = f"schema {self.root}" if self.catalog else f"{self.root}/tubes"
+            if orphans:
+                raise StorageError(self.registry, (
+                    "the registry of tubes is missing, but tube tables exist under "
+                    f"{where} ({', '.join(orphans[:10])}): restore the registry "
+                    "table, or move those tubes away to start an empty queue here"))
+            if self.catalog:
+                self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.root}")
+        _create_table(self.spark, self.registry, REGISTRY_SCHEMA, {}, self.exists)
+
+    def read_registry(self) -> DataFrame:
+        """The registry's rows at its newest version.
+
+        With the accelerator, read as the Parquet files its checksum file lists
+        (the log's files through the JVM, no Spark job), in one Spark job: a
+        Delta read of a version not read before rebuilds that version's state
+        first (two jobs more), and the registry changes at every create and
+        drop. A Delta read where the checksum does not list the files, or a
+        file has a deletion vector.
+        """
+        if self.accelerator is not None:
+            version = self.latest_version(self.registry)
+            text = self.files.read(self.log_file(self.registry, f"{version:020d}.crc"))
+            listed = None if text is None else json.loads(text).get("allFiles")
+            if listed is not None and not any(a.get("deletionVector") for a in listed):
+                if not listed:
+                    return self.spark.createDataFrame([], REGISTRY_SCHEMA)
+                return self.read_files(self.registry, [a["path"] for a in listed],
+                                       REGISTRY_SCHEMA)
+        return self.read(self.registry)
+
+    def create_stats_table(self, schema: T.StructType) -> None:
+        if self._versions.get(self.stats, -1) < 0:
+            _create_table(self.spark, self.stats, schema, {}, self.exists)
+            self.latest_version(self.stats)
+
+    def create_tube_tables(self, tube: str, change_feed: bool = False) -> None:
+        """Create the inbox and tasks tables (idempotent); the cursor starts at version 0.
+
+        ``change_feed``: the tasks table keeps Delta's change data feed (what
+        ``Tube.changes`` streams). It writes every changed row twice more
+        (before and after images): the largest cost a big take pays beyond
+        a plain MERGE.
+        """
+        _create_table(
+            self.spark, self.inbox(tube),
+            T.StructType([T.StructField(n, t) for n, t in INBOX_COLUMNS]),
+            # Deletion vectors only for what they make Delta expose: a row's place in
+            # its file (``_metadata.row_index``), half of its task id. Not row
+            # tracking: it makes every append rebuild the snapshot's state (three
+            # Spark jobs, whatever the put's size). Inbox files must never be
+            # rewritten (ids would move): no auto compaction. Statistics: row counts
+            # only (ids count rows): nothing filters the inbox, it is read by the
+            # files the log names, and min/max per column would cost every put.
+            {"delta.enableDeletionVectors": "true",
+             "delta.autoOptimize.autoCompact": "false",
+             "delta.dataSkippingNumIndexedCols": "0",
+             CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)},
+            self.exists,
+        )
+        _create_table(
+            self.spark, self.tasks(tube),
+            T.StructType([T.StructField(n, t) for n, t in TASK_COLUMNS]),
+            {
+                # Deletion vectors measured slower for the small MERGEs of a
+                # take/ack here (2.5 s against 1.2 s), so files are rewritten.
+                # No setTransactionRetentionDuration: ingests share one
+                # transaction id (see write_marker), so there is nothing to expire.
+                FEED: str(change_feed).lower(),
+                "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
+                CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT),
+            },
+            self.exists,
+        )
+
+    def write_marker(self, tube: str, since: Cursor, cursor: Cursor,
+                     runs: list[DataFrame]) -> None:
+        """Append ``runs`` (ingested tasks, :func:`ingest_frame`) and the marker of the
+        new ``cursor``, unless an ingest from ``since`` (or a later cursor) was committed.
+
+        One transaction id for all ingests of a tube, its version the cursor
+        the ingest starts from (:meth:`Cursor.txn_version`): Delta skips an
+        append whose version is not above the last one committed, and
+        refuses one that races another
+        with the same id. One id, not one per cursor, so the table's state
+        keeps one entry however many ingests ran, with no retention to set
+        (an id that expired would let a late duplicate through). Finding the
+        last version still makes Delta rebuild the snapshot's state (four
+        Spark jobs, about 0.5 s of a 30,000-task ingest's 1.6 s here): Delta
+        4.4 reads transaction ids from the state, not from its checksum files.
+        """
+        append(ingest_frame(runs, cursor).write.format("delta").mode("append")
+               .option("txnAppId", INGEST_TXN).option("txnVersion", since.txn_version())
+               .option("mergeSchema", "true")
+               .option("maxRecordsPerFile", schema.TASK_FILE_ROWS), self.tasks(tube))
+
+    def read_files(self, path: str, names: list[str], schema: T.StructType | None,
+                   spark: SparkSession | None = None) -> DataFrame:
+        """The data files ``names`` (as the log names them) of the table at ``path``,
+        read as the Parquet files they are, with ``_metadata`` (``file_name``,
+        ``row_index``).
+
+        For files the caller found in the log (the puts an ingest moves, the
+        files a commit added or removed): a Delta read of a version not read
+        before would first rebuild that version's file list in a Spark job
+        (about 0.5 s here) to find them. Only for files with no deletion
+        vector. ``schema``: the table's, or None when the files share one
+        (it is then read from a file's footer).
+        """
+        where = self.table_path(path)
+        files = [re.sub(r"([\\{}\[\]*?])", r"\\\1", f"{where}/{unquote(n)}")  # not globs
+                 for n in names]
+        reader = (spark or self.spark).read
+        return (reader if schema is None else reader.schema(schema)).parquet(*files)
+
+    def exists(self, path: str) -> bool:
+        """Whether a Delta table is at ``path`` (its log has a commit), or by that name."""
+        return self.newest_version(path) is not None
+
+    def delete_tube_dir(self, tube: str, shards: int = 1) -> None:
+        """Delete a tube's folder (its tables, its shards' too) and forget what was
+        cached of it.
+
+        Where storage cannot be reached but through Spark (the portable
+        engine), its tables are emptied and vacuumed instead: their data files
+        are deleted, their logs stay, and a new tube of the name gets a folder
+        of its own (:meth:`free_folder`).
+        """
+        folder = self.tube_dir(tube)
+        keys = [shard_key(tube, k) for k in range(shards)]
+        tables = [ref for key in keys for ref in (self.inbox(key), self.tasks(key))]
+        if self.catalog:  # managed tables: dropping one deletes its files
+            for ref in tables:
+                self.spark.sql(f"DROP TABLE IF EXISTS {sql_table(ref)}")
+                self.forget(ref)
+            return
+        if not self.files.delete(folder):
+            for path in tables:
+                if self.exists(path):
+                    self._empty(path)
+        for key in keys:
+            self.forget(self.tube_dir(key))
+
+    def _empty(self, path: str) -> None:
+        """Delete every row of the table at ``path`` and its data files, now."""
+        with self.tagged(CommitTag.new("drop")) as sess:
+            sess.sql(f"DELETE FROM {sql_table(path)}")
+            sess.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+            try:
+                sess.sql(f"VACUUM {sql_table(path)} RETAIN 0 HOURS")
+            finally:
+                sess.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+
+    def free_folder(self, tube: str) -> str:
+        """The folder name for a new tube ``tube``: its own name, unless a dropped
+        tube's tables are still there (:meth:`delete_tube_dir`); then the first
+        of ``tube~1``, ``tube~2``, ... that holds none. (Where folders can be
+        deleted, a tube's own: a leftover there is from a create cut short.)"""
+        folder, n = tube, 0
+        deletes = self.files.deletes or self.catalog
+        while not deletes and self.exists(f"{self.root}/tubes/{folder}/inbox"):
+            n += 1
+            folder = f"{tube}~{n}"
+        return folder
+
+    def tube_dirs(self) -> list[str]:
+        """The names of the tube folders under the root, sorted (any file system); in a
+        catalog, of the tubes whose tables are in the schema."""
+        if not self.catalog:
+            return self.files.folders(f"{self.root}/tubes")
+        try:
+            names = [str(r["tableName"]) for r in self.spark.sql(
+                f"SHOW TABLES IN {self.root}").collect() if not r["isTemporary"]]
+        except Exception as e:
+            if any(m in str(e) for m in NO_TABLE):
+                return []
+            raise
+        return sorted(n.removesuffix("__inbox") for n in names if n.endswith("__inbox"))
+
+    def file_stats(self, path: str, latest: int | None = None) -> list[dict[str, Any]]:
+        """Per data file of the newest snapshot, what :func:`head_bound` reads.
+
+        The statistics Delta keeps per file (row count, min/max per column),
+        from :meth:`files_at`; where that does not know them, from the
+        snapshot's state through the accelerator (as data skipping does), or
+        without it from the log's last checkpoint (:meth:`checkpoint_stats`):
+        no data file opened, one small Spark job, plus the state's own rebuild
+        when no read of this version has cached it yet; later calls replay
+        only the commits made since. Where neither is known, ``[]``: takes
+        then read every ready task. A table of at most schema.FEW_FILES files
+        gets no statistics either: reading them all costs less than choosing
+        among them. ``latest``: the version to read them at (None: the newest).
+        """
+        if latest is None:
+            latest = self.latest_version(path)
+        files = self.files_at(path, latest)
+        if files is None:
+            if 0 <= self.file_count(path, latest) <= schema.FEW_FILES:
+                return []
+            loaded = (self.checkpoint_stats(path, latest) if self.accelerator is None
+                      else self.accelerator.load_file_stats(path))
+            if loaded is not None:
+                self._stats_by_file[path] = loaded
+            files = None if loaded is None else loaded[1]
+        return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
+
+    def purge_inbox(self, tube: str, cursor: Cursor, held: Sequence[PutFile] = ()) -> int:
+        """Remove the inbox rows of the puts up to ``cursor`` (ingested); rows removed.
+
+        The accelerator removes their files in one commit that reads no data.
+        Without it, a DELETE names the puts by the token each of their rows
+        carries (``put_token``): a put's rows fill whole files, so Delta
+        removes those files and rewrites none, and the rows not yet ingested
+        keep their places (half their task ids). The tokens deleted are those
+        in the table less those of the puts after ``cursor``, whose commits
+        are read after the table: a put the read saw is ingested or among
+        them (and when one of those commits is gone from the log, nothing is
+        purged). An inbox made before its rows carried tokens is left as it is.
+        ``held``: put files that lease records still read (``engine.records``),
+        kept whatever the cursor.
+        """
+        if self.accelerator is not None:
+            return self.accelerator.purge_inbox(tube, cursor, held)
+        if not self.inbox_has_tokens(tube):
+            return 0
+        inbox = self.inbox(tube)
+        present = {r[0] for r in self.read(inbox).where("put_token IS NOT NULL")
+                   .select("put_token").distinct().collect()}
+        latest = self.latest_version(inbox)
+        since = min([cursor.version, *[f.version - 1 for f in held]])
+        infos = self.commit_infos(inbox, since, upto=latest)
+        if [v for v, _ in infos] != list(range(since + 1, latest + 1)):
+            return 0  # a commit after the cursor is gone from the log: its puts unknown
+        tags = [parse_tag(info.get("userMetadata")) for _, info in infos]
+        pending = {t.get("tok") for t in tags if t is not None and t["sq"] == "put"}
+        done = sorted(present - pending)
+        removed = 0
+        for at in range(0, len(done), PURGE_TOKENS):
+            chunk = ", ".join(f"'{t}'" for t in done[at:at + PURGE_TOKENS]
+                              if re.fullmatch(r"[0-9a-f]{32}", t))
+            if not chunk:
+                continue
+            tag = CommitTag.new("purge")
+            before = self.latest_version(inbox)
+            with self.tagged(tag) as sess:
+                delete(sess, inbox, f"put_token IN ({chunk})")
+            found = self.commit_of(inbox, tag.token, before)
+            removed += int((found or (0, {}))[1].get("numDeletedRows", 0))
+        return removed
+
+    def inbox_has_tokens(self, tube: str) -> bool:
+        """Whether the inbox rows of ``tube`` carry their put's token (``put_token``):
+        every inbox made since the column was added does; puts write it and
+        the portable purge deletes by it. Read from the table's schema, once."""
+        inbox = self.inbox(tube)
+        found = self._put_tokens.get(inbox)
+        if found is None:
+            found = self._put_tokens[inbox] = "put_token" in self.read(inbox).columns
+        return found
+
+    def last_tag_value(self, path: str, key: str) -> int:
+        """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when
+        none does.
+
+        Read back from the newest commit in a new process, then on from where
+        this one last looked. Where log retention removed the commits before
+        any that holds it, the latest version: a value counts commits that
+        carry it, one each, so none recorded is above it (what it is for, a
+        transaction id's version, needs only to grow).
+        """
+        latest = self.latest_version(path)
+        seen, value = self._tag_values.get((path, key), (-1, None))
+        if seen >= 0:
+            found = [h["tag"][key] for h in self.history(path, seen) if key in h["tag"]]
+            value = int(found[-1]) if found else value
+        else:
+            value = self._newest_tag_value(path, key, latest)
+        self._tag_values[(path, key)] = (latest, value)
+        return int(value or 0)
+
+    def _newest_tag_value(self, path: str, key: str, latest: int) -> int | None:
+        """:meth:`last_tag_value` read back from ``latest``, a few commits a read."""
+        top = latest
+        while top >= 0:
+            versions = range(max(-1, top - 20) + 1, top + 1)
+            texts = self.commit_texts(path, versions)
+            for version in reversed(versions):
+                text = texts.get(version)
+                if text is None:
+                    return latest
+                tag = parse_tag((commit_info(text) or {}).get("userMetadata"))
+                if tag is not None and key in tag:
+                    return int(tag[key])
+            top = versions.start - 1
+        return None
+
+    def changed_at(self, tube: str, version: int, token: str, lo: int, hi: int, *,
+                   updates: bool = True, removable: DataFrame | list[int] | None = None,
+                   step: int = 1) -> DataFrame:
+        """The task rows the commit at ``version`` (tagged ``token``) changed, from the
+        table itself (a tube may keep no change feed); rows it deleted read as ``done``.
+
+        ``updates``: the rows it updated, which carry its token in
+        ``change_token``. ``removable``: ids it may have deleted (a frame of
+        ``task_id``, or a sorted list of one shard's ids, ``step`` apart); those
+        gone are read at the version before, as no commit between the operation's
+        snapshot and its own changed them (its commit would have conflicted).
+        ``lo``/``hi`` bound every id the commit touched, so reads skip the
+        other files. Rows a commit updated are in the files it added, rows
+        it deleted in the files it removed: those are read (:meth:`commit_files`).
+        """
+        bounds = f"task_id BETWEEN {lo} AND {hi}"
+        spark = removable.sparkSession if isinstance(removable, DataFrame) else self.spark
+        path = self.tasks(tube)
+        files = self.commit_files(path, version)
+
+        def updated() -> DataFrame:
+            return (self._files_or_table(path, files and files[0], version, spark)
+                    .where(bounds).where(F.col("change_token") == token))
+
+        if removable is None:
+            return updated()
+        removed = self._files_or_table(path, files and files[1], version - 1, spark).where(bounds)
+        removed = (with_ids(removed, removable, spark, step) if isinstance(removable, list)
+                   else removed.join(removable.select("task_id"), "task_id", "left_semi"))
+        if not updates:
+            return removed.withColumn("status", F.lit("done"))
+        changed = updated()
+        removed = removed.join(changed.select("task_id"), "task_id", "left_anti")
+        return changed.unionByName(removed.withColumn("status", F.lit("done")))
+
+    def _files_or_table(self, path: str, names: list[str] | None, version: int,
+                        spark: SparkSession) -> DataFrame:
+        """The rows of the data files ``names`` of ``path`` (at ``version``), or, when
+        they are not known or none, the whole table at ``version``."""
+        if not names:
+            return self.read(path, spark, version)
+        return self.read_task_files(path, names, spark)
+
+    def read_task_files(self, path: str, names: list[str], spark: SparkSession) -> DataFrame:
+        """:meth:`read_files` for data files of a tasks table: its columns only (files
+        Delta wrote with a change feed on carry its change columns too)."""
+        return (self.read_files(path, names, self.task_file_schema(path, spark), spark)
+                .select(*TASK_TABLE_COLUMNS))
+
+    def task_file_schema(self, path: str, spark: SparkSession) -> T.StructType | None:
+        """The columns of the tasks table at ``path``, for reading its data files
+        without a Spark job to infer them from a file; None until the table
+        has its payload column (the first put gives it, and no later one
+        changes it). Read from the Delta table's schema, once."""
+        found = self._file_schemas.get(path)
+        if found is None:
+            fields = self.read(path, spark).schema.fields
+            if "data" not in [f.name for f in fields]:
+                return None
+            found = T.StructType([f for f in fields if f.name in TASK_TABLE_COLUMNS])
+            self._file_schemas[path] = found
+        return found
+
+
+#: The registry's columns: a tube's name, type, options (JSON) and creation time.
+REGISTRY_SCHEMA = T.StructType([T.StructField("name", T.StringType()),
+                                T.StructField("type", T.StringType()),
+                                T.StructField("options", T.StringType()),
+                                T.StructField("created", T.DoubleType())])
+
+
+def _create_table(spark: SparkSession, path: str, schema: T.StructType,
+                  properties: dict[str, str], exists: Callable[[str], bool]) -> bool:
+    """Create a Delta table at ``path`` unless it exists; True if this call created it."""
+    if exists(path):
+        return False
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
+    props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
+    try:
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_table(path)} ({columns}) USING delta"
+                  + (f" TBLPROPERTIES ({props})" if props else ""))
+    except Exception as e:  # another process created it first, or is creating it
+        problem = f"cannot create a Delta table here: {first_line(e)}"
+        if any(m in str(e) for m in NOT_WRITABLE):
+            raise StorageError(path, problem) from e
+        until = time.monotonic() + CREATE_PATIENCE
+        while True:  # a creator that lost the race can fail before the winner commits
+            if exists(path):
+                return False
+            if time.monotonic() >= until:
+                raise StorageError(path, problem) from e
+            time.sleep(0.2)
+    return True

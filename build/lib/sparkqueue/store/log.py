@@ -1,0 +1,444 @@
+"""The Delta log, read directly: versions, commit infos and tags, the inbox cursor,
+put files and file statistics (the commit files are Delta's public protocol).
+
+Asking Delta (DESCRIBE HISTORY, a snapshot) costs one or more Spark jobs per
+call; an operation needs the latest version and the version it committed, so
+the JSON commit files are read through the Hadoop FileSystem instead.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pyspark.errors import AnalysisException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from ..errors import QueueError, StorageError
+from . import schema
+from .files import LogFiles, delta_log
+from .filestats import FileGroup, file_entry, stats_of, whole_files
+from .paths import Paths
+from .schema import INGESTS, Cursor, PutFile, parse_tag
+
+
+def commit_info(text: str) -> dict[str, Any] | None:
+    """The ``commitInfo`` action of a commit file's text (None: it has none)."""
+    for line in text.splitlines():
+        if line.startswith('{"commitInfo"'):
+            return dict(json.loads(line)["commitInfo"])
+    return None
+
+
+
+#: A data file's name as Spark and Delta write it: ``part-<task's partition>-<a UUID
+#: of its own>-c<the task's file counter>`` then the extension.
+_PART_NAME = re.compile(r"^part-(\d+)-.*-c(\d+)\.[^/]*$")
+
+
+def write_order(path: str) -> tuple[int, int, str]:
+    """Where a file an append added comes in its rows' order: by the writing task's
+    partition (the DataFrame's partition order), then by the task's file counter
+    (a task that reached ``maxRecordsPerFile`` went on in a new file); its name
+    alone where it is not such a name. Not the name: each file has a UUID of its
+    own, so one task's files do not sort by name in the order it wrote them."""
+    found = _PART_NAME.match(path.rsplit("/", 1)[-1])
+    if found is None:
+        return (-1, -1, path)
+    return (int(found.group(1)), int(found.group(2)), path)
+
+
+class LogReader(Paths):
+    """The log-reading part of :class:`Layout`, with the caches it keeps per table.
+
+    ``files`` reads the log's files: through Hadoop's FileSystem in a classic
+    session's JVM, or through Spark's readers (:class:`.files.SparkFiles`).
+    """
+
+    def __init__(self, spark: SparkSession, root: str, files: LogFiles) -> None:
+        super().__init__(spark, root)
+        self.files = files
+        self._versions: dict[str, int] = {}
+        self._cursors: dict[str, tuple[int, Cursor]] = {}  # tasks path: (version seen, cursor)
+        # inbox path: (anchor, version read up to, its put files, next id), see put_files
+        self._put_files: dict[str, tuple[Cursor, int, list[PutFile], int]] = {}
+        # tasks path: (version, {data file: its statistics}), see files_at
+        self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
+        # tasks path: its columns as its data files hold them, see Layout.task_file_schema
+        self._file_schemas: dict[str, T.StructType] = {}
+        # inbox path: whether its rows carry their put's token, see Layout.inbox_has_tokens
+        self._put_tokens: dict[str, bool] = {}
+        # (table path, tag key): (version read up to, value), see last_tag_value
+        self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
+        # tasks path: {data file: (its group of files, their task ids)}, see note_leased
+        self._leased: dict[str, dict[str, FileGroup]] = {}
+
+    def latest_version(self, path: str) -> int:
+        """The newest committed version of the table at ``path``.
+
+        A table that is not there (its ``_delta_log`` gone: deleted outside
+        sparkqueue) is a :class:`StorageError`: every verb reads this before
+        it writes, and a Delta append to a missing table would make a new,
+        empty one in its place, losing its tasks without a word.
+        """
+        found = self.newest_version(path)
+        if found is None:
+            self._versions.pop(path, None)
+            raise StorageError(path, "the Delta table is missing (no _delta_log): it was "
+                               "deleted or moved outside sparkqueue, which never recreates "
+                               "a tube's tables; restore it, or drop() the tube")
+        self._versions[path] = found
+        return found
+
+    def known_version(self, path: str) -> int:
+        """The version of the table at ``path`` that this process read last with
+        :meth:`latest_version`, or committed itself since (:meth:`note_version`);
+        read now when it knows none.
+
+        For a reader that follows right after a write's own read of the
+        newest version (a take's choice, after the ``before`` its commit is
+        found from): the same answer without another probe, which is a Spark
+        job on the portable engine. It may be a commit behind by then, as a
+        fresh probe may be by the time the write commits: what it chooses
+        is checked again inside the write's own transaction.
+        """
+        known = self._versions.get(path)
+        return self.latest_version(path) if known is None else known
+
+    def note_version(self, path: str, version: int) -> None:
+        """Write down that the table at ``path`` has reached ``version`` (a commit
+        this process made or found): :meth:`known_version` answers no older."""
+        self._versions[path] = max(self._versions.get(path, -1), version)
+
+    def newest_version(self, ref: str) -> int | None:
+        """The newest version of the table ``ref``; None when there is none. (A
+        named table whose files are not where they were is looked up again.)"""
+        for _ in range(2):
+            where = self.location(ref)
+            found = None if where is None else self.files.latest_version(
+                where, self._versions.get(ref, -1))
+            if found is not None or where == ref or where is None:
+                return found
+            self.forget_location(ref)
+        return None
+
+    def forget(self, ref: str) -> None:
+        """Drop what is cached of table ``ref``, or of the tables in folder ``ref``
+        (a dropped tube)."""
+        def of(key: str) -> bool:
+            return key == ref or key.startswith(f"{ref}/")
+        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files,
+                      self._file_schemas, self._put_tokens):
+            for key in [k for k in cache if of(k)]:
+                del cache[key]
+        for tagged in [k for k in self._tag_values if of(k[0])]:
+            del self._tag_values[tagged]
+        self.forget_location(ref)
+
+    def log_file(self, ref: str, name: str) -> str:
+        """The file ``name`` of the Delta log of the table ``ref``."""
+        return delta_log(self.table_path(ref), name)
+
+    def commit_text(self, path: str, version: int) -> str | None:
+        """The JSON commit file of ``version`` of the table at ``path`` (None: not there)."""
+        return self.files.read(self.log_file(path, f"{version:020d}.json"))
+
+    def commit_texts(self, path: str, versions: range) -> dict[int, str]:
+        """:meth:`commit_text` of each of ``versions`` that is there (one read for all)."""
+        names = {self.log_file(path, f"{v:020d}.json"): v for v in versions}
+        return {names[f]: t for f, t in self.files.read_many(list(names)).items()}
+
+    def read_text(self, path: str) -> str | None:
+        """A small text file at ``path`` (None: not there)."""
+        return self.files.read(path)
+
+    def commit_infos(self, path: str, after_version: int,
+                     upto: int | None = None) -> list[tuple[int, dict[str, Any]]]:
+        """``(version, commitInfo)`` of the commits after ``after_version``, oldest first."""
+        last = self.latest_version(path) if upto is None else upto
+        out = []
+        texts = self.commit_texts(path, range(max(after_version + 1, 0), last + 1))
+        for version, text in sorted(texts.items()):  # any gone: cleaned up by log retention
+            info = commit_info(text)
+            if info is not None:
+                out.append((version, info))
+        return out
+
+    def commit_of(self, path: str, token: str,
+                  after_version: int) -> tuple[int, dict[str, str]] | None:
+        """The version and operation metrics of the commit tagged with ``token``, made
+        after ``after_version``; None when there is none (Delta commits no UPDATE
+        that changes nothing).
+
+        The commit after ``after_version`` is read first: with no other writer
+        between, it is the one, found without asking for the newest version.
+        None there means no commit at all since (versions have no gaps).
+        """
+        first = after_version + 1
+        text = self.commit_text(path, first)
+        if text is None:
+            return None
+        info = commit_info(text)
+        if info is not None and token in (info.get("userMetadata") or ""):
+            self.note_version(path, first)
+            return first, dict(info.get("operationMetrics") or {})
+        for version, info in self.commit_infos(path, first):  # another writer's was first
+            if token in (info.get("userMetadata") or ""):
+                self.note_version(path, version)
+                return version, dict(info.get("operationMetrics") or {})
+        return None
+
+    def history(self, path: str, after_version: int) -> list[dict[str, Any]]:
+        """sparkqueue-tagged commits after ``after_version``: version, tag, operation metrics."""
+        out = []
+        for version, info in self.commit_infos(path, after_version):
+            tag = parse_tag(info.get("userMetadata"))
+            if tag is not None:
+                out.append({"version": version, "tag": tag,
+                            "metrics": dict(info.get("operationMetrics") or {})})
+        return out
+
+    def cursor(self, tube: str, at: int | None = None) -> Cursor:
+        """The last inbox version ingested into the tasks table, and the next task id:
+        at the tasks table's version ``at`` (None: the newest).
+
+        Ingests chain (each starts from the cursor the previous one left), so
+        the newest ingest commit's tag (``upto``, ``next_id``, ``partial``) is the cursor:
+        read from the log, from where this process last looked or, in a new
+        process, back from the newest commit. Only when the log no longer
+        holds an ingest (log retention) is the newest marker row read, with
+        Spark. A tube whose whole log holds no ingest (a new one) is at
+        version 0 (its creation), id 0.
+        """
+        path = self.tasks(tube)
+        latest = self.latest_version(path) if at is None else at
+        seen, cursor = self._cursors.get(path, (-1, Cursor(0, 0)))
+        if seen > latest:  # this process has looked further: read back from ``at``
+            seen, cursor = -1, Cursor(0, 0)
+        if seen < latest:
+            since = seen if seen >= 0 else max(-1, latest - schema.CURSOR_LOOKBACK)
+            found = [h["tag"] for h in self.history(path, since)
+                     if h["tag"]["sq"] in INGESTS and h["version"] <= latest]
+            if found and "next_id" not in found[-1]:
+                raise QueueError(f"tube {tube!r} was made by an earlier sparkqueue (task ids "
+                                 "from Delta row tracking), which this one does not read")
+            if found:
+                cursor = Cursor(int(found[-1]["upto"]), int(found[-1]["next_id"]),
+                                int(found[-1].get("partial", 0)))
+            elif since < 0 and self.commit_text(path, 0) is not None:
+                cursor = Cursor(0, 0)  # the whole log read, no ingest in it: a new tube
+            elif seen < 0:
+                row = (self.read(path, version=latest)  # the newest marker: the lowest id
+                       .where("task_id < 0").orderBy("task_id")
+                       .select("inbox_version", "order_key", "taken_count").first())
+                if row is not None:
+                    cursor = Cursor(int(row[0]), int(row[1]), int(row[2] or 0))
+            if latest >= self._cursors.get(path, (-1, cursor))[0]:
+                self._cursors[path] = (latest, cursor)
+        return cursor
+
+
+    def put_files(self, tube: str, anchor: Cursor, upto: int) -> tuple[list[PutFile], int]:
+        """The data files the inbox's put commits after ``anchor`` up to ``upto``
+        added, in id order, each with its first task id; and the id after them.
+        (The first ``anchor.partial`` rows of them are ingested already.)
+
+        Ids count the rows put: the first file of a put commit starts where
+        the previous commit's rows ended, files within a commit follow the
+        order they were written in (:func:`write_order`), a row's id is its
+        file's first id plus its place in the file. All of it is in
+        the commit files (each ``add`` carries its row count, unless Delta's
+        statistics are off: then one Spark count), so ids cost no Spark job,
+        and an append needs no table feature that makes Delta read
+        state at commit (row tracking does). Remembered per inbox from the last
+        anchor: a producer whose puts nobody ingests yet reads each commit once.
+        """
+        inbox = self.inbox(tube)
+        anchor = Cursor(anchor.version, anchor.next_id)  # ids count from here, whatever is partial
+        known = self._put_files.get(inbox)
+        if known is None or known[0] != anchor:
+            known = (anchor, anchor.version, [], anchor.next_id)
+        _, done, files, next_id = known
+        if done >= upto:  # read further before: the files up to ``upto`` only
+            later = [f.first_id for f in files if f.version > upto]
+            return [f for f in files if f.version <= upto], (later[0] if later else next_id)
+        files = list(files)
+        texts = self.commit_texts(inbox, range(done + 1, upto + 1))
+        for version in range(done + 1, upto + 1):
+            text = texts.get(version)
+            if text is None:
+                raise QueueError(f"commit {version} of {inbox} is gone from the Delta log "
+                                 "(log retention) before its puts were ingested")
+            actions = [json.loads(line) for line in text.splitlines()]
+            info: dict[str, Any] = next(
+                (a["commitInfo"] for a in actions if "commitInfo" in a), {})
+            tag = parse_tag(info.get("userMetadata"))
+            if any("remove" in a for a in actions) and (tag or {}).get("sq") != "purge":
+                raise QueueError(
+                    f"commit {version} of {inbox} ({info.get('operation')}) rewrote inbox files: "
+                    "task ids are places in the files puts wrote, so the inbox must not be "
+                    "compacted or changed outside sparkqueue")
+            if tag is None or tag["sq"] != "put":
+                continue
+            adds = sorted((a["add"] for a in actions if "add" in a),
+                          key=lambda a: write_order(a["path"]))
+            counts = self._row_counts(inbox, version, adds)
+            for add, rows in zip(adds, counts, strict=True):
+                files.append(PutFile(add["path"].rsplit("/", 1)[-1], version, next_id, tag["put"]))
+                next_id += rows
+        self._put_files[inbox] = (anchor, upto, files, next_id)
+        return files, next_id
+
+    def _row_counts(self, path: str, version: int, adds: list[dict[str, Any]]) -> list[int]:
+        """Rows in each added file: its statistics, or (statistics off) a count with Spark."""
+        counts = [stats_of(a.get("stats"))["rows"] for a in adds]
+        if None not in counts:
+            return [int(c) for c in counts]
+        names = [a["path"].rsplit("/", 1)[-1] for a in adds]
+        found: dict[str, int] = dict(self.read(path, version=version)
+                                     .where(F.col("_metadata.file_name").isin(names))
+                                     .groupBy("_metadata.file_name").count().collect())
+        return [int(found.get(n, 0)) for n in names]
+
+    def commit_files(self, path: str, version: int) -> tuple[list[str], list[str]] | None:
+        """The data files the commit at ``version`` of ``path`` added and removed, as
+        the log names them; None when its commit file is gone, or a file has
+        a deletion vector (its rows are not all the file's)."""
+        text = self.commit_text(path, version)
+        if text is None:
+            return None
+        found: tuple[list[str], list[str]] = ([], [])
+        for line in text.splitlines():
+            action = json.loads(line)
+            for kind, names in zip(("add", "remove"), found, strict=True):
+                if kind in action:
+                    if action[kind].get("deletionVector"):
+                        return None
+                    names.append(action[kind]["path"])
+        return found
+
+
+    def files_at(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
+        """Per data file of ``path`` at ``version``: its statistics (``rows`` and
+        :data:`FILE_STATS`) and ``size``; None when they are not known without
+        a Spark job.
+
+        Known from this process's last look, moved on through the commit
+        files since (each ``add`` carries its file's statistics, each
+        ``remove`` names a file gone), or from the checksum file Delta writes
+        beside the commit (it lists every file of a table of few enough
+        files): no Spark job, so a consumer does not pay the state job once
+        per batch.
+        """
+        cached = self._stats_by_file.get(path)
+        files = self._replay(path, *cached, version) if cached is not None else None
+        if files is None:
+            files = self._checksum_files(path, version)
+        if files is not None and (cached is None or version >= cached[0]):
+            self._stats_by_file[path] = (version, files)
+        return files
+
+    def note_leased(self, path: str, names: list[str], ids: list[int]) -> None:
+        """Write down that the data files ``names`` of the tasks table at ``path``,
+        which this process wrote, hold the tasks ``ids`` together and no others
+        (a take's leased tasks, whose ids need not be a run): their ack may
+        then remove them whole (:meth:`whole_leased_files`). The newest
+        ``schema.LEASED_KNOWN`` files are kept."""
+        known = self._leased.setdefault(path, {})
+        group = (tuple(names), tuple(ids))
+        for name in names:
+            known[name] = group
+        while len(known) > schema.LEASED_KNOWN:
+            known.pop(next(iter(known)))
+
+    def whole_leased_files(self, path: str, files: dict[str, dict[str, Any]], ids: list[int],
+                           owner: str, now: float, step: int = 1) -> list[str] | None:
+        """:func:`filestats.whole_files` of the tasks table at ``path``, with the
+        groups of files this process knows the rows of (:meth:`note_leased`)."""
+        return whole_files(files, ids, owner, now, step, self._leased.get(path))
+
+    def checkpoint_stats(self, path: str, latest: int | None = None,
+                         ) -> tuple[int, dict[str, dict[str, Any]]] | None:
+        """Version ``latest`` of ``path`` (None: the newest) and :meth:`files_at` of
+        it, from the Delta log alone: its last checkpoint (a Parquet file
+        listing every file with its statistics, read in one Spark job) moved
+        on through the commits since. What the portable engine has where the
+        accelerator reads a snapshot's state. None where the checkpoint is not
+        one classic Parquet file (multi-part, V2), is newer than ``latest``,
+        or a file it needs is gone."""
+        if latest is None:
+            latest = self.latest_version(path)
+        text = self.files.read(self.log_file(path, "_last_checkpoint"))
+        base, files = -1, dict[str, dict[str, Any]]()
+        if text is not None:
+            last = json.loads(text)
+            if last.get("parts") or last.get("v2Checkpoint"):
+                return None
+            base = int(last["version"])
+            try:
+                adds = (self.spark.read
+                        .parquet(self.log_file(path, f"{base:020d}.checkpoint.parquet"))
+                        .where("add IS NOT NULL").select("add.*"))
+                rows = adds.select("path", "size", "stats", *(
+                    ["deletionVector"] if "deletionVector" in adds.columns else [])).collect()
+            except AnalysisException:  # gone, or written without statistics as JSON
+                return None
+            files = {str(r["path"]): file_entry(r.asDict()) for r in rows}
+        found = self._replay(path, base, files, latest)
+        return None if found is None else (latest, found)
+
+    def _checksum_files(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
+        """:meth:`files_at` from the checksum file of ``version``, when it lists the files."""
+        text = self.files.read(self.log_file(path, f"{version:020d}.crc"))
+        if text is None:
+            return None
+        summary = json.loads(text)
+        listed = summary.get("allFiles")
+        if listed is None or len(listed) != summary.get("numFiles"):
+            return None
+        return {a["path"]: file_entry(a) for a in listed}
+
+    def _replay(self, path: str, version: int, files: dict[str, dict[str, Any]],
+                upto: int) -> dict[str, dict[str, Any]] | None:
+        """``files`` (the statistics at ``version``) moved on to ``upto`` by the
+        commits between; None when a commit file is gone (log retention) or
+        the log is behind ``version`` (the table was made anew at this path)."""
+        if upto < version:
+            return None
+        if upto == version:
+            return files
+        files = dict(files)
+        texts = self.commit_texts(path, range(version + 1, upto + 1))
+        for v in range(version + 1, upto + 1):
+            text = texts.get(v)
+            if text is None:
+                return None
+            actions = [json.loads(line) for line in text.splitlines()]
+            # removes first: a deletion vector re-adds the file it removes, by its path
+            for action in actions:
+                if "remove" in action:
+                    files.pop(action["remove"]["path"], None)
+            for action in actions:
+                if "add" in action:
+                    files[action["add"]["path"]] = file_entry(action["add"])
+        return files
+
+    def file_count(self, path: str, latest: int | None = None) -> int:
+        """About how many data files the table has (at version ``latest``, None: the
+        newest): the count in the newest of the last few commits' checksum
+        files (-1: none of them has one).
+
+        Delta writes ``<version>.crc`` with the table's file count beside most
+        commits; reading it costs no Spark job (Delta's own accessor,
+        ``numOfFilesIfKnown``, computes the snapshot's whole state for it).
+        """
+        if latest is None:
+            latest = self.latest_version(path)
+        for version in range(latest, max(-1, latest - 5), -1):
+            text = self.files.read(self.log_file(path, f"{version:020d}.crc"))
+            if text is not None:
+                return int(json.loads(text).get("numFiles", -1))
+        return -1

@@ -1,0 +1,233 @@
+"""A queue root's table paths, reads, and tagged sessions: what the rest of the store builds on."""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
+
+from ..errors import InvalidOption, StorageError
+from .schema import USER_METADATA, CommitTag
+from .tables import is_path, sql_table
+
+#: A catalog root: ``schema`` or ``catalog.schema``, plain identifiers.
+CATALOG_ROOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
+#: What a catalog says of a table that is not there.
+NO_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND", "NoSuchTableException")
+
+
+def shard_key(tube: str, shard: int) -> str:
+    """The name a tube's shard ``shard`` is known by here: the tube's own name for
+    shard 0 (so a tube of one shard is stored as before shards existed), else
+    ``<tube>#<shard>`` (``#`` is in no tube name, so no tube's key is taken)."""
+    return tube if shard == 0 else f"{tube}#{shard}"
+
+
+class Paths:
+    """Where a root's tables are, and the sessions that write them.
+
+    A root is a folder (a path or URI: tables by path, ``ROOT/tubes/<tube>/inbox``)
+    or a catalog schema (``catalog.schema``: managed tables by name,
+    ``<tube>__inbox``). Tables are named by *reference*, a path or a name, in
+    every Delta statement, read and write (:func:`read`, :func:`append`);
+    only the log's own files are read at a table's location (:meth:`location`).
+    """
+
+    def __init__(self, spark: SparkSession, root: str) -> None:
+        self.spark = spark
+        self.root = root.rstrip("/")
+        self.catalog = not is_path(self.root)
+        if self.catalog and not CATALOG_ROOT.fullmatch(self.root):
+            raise InvalidOption(f"root {root!r} is neither a path or URI (/data/queues, "
+                                "s3a://bucket/queues) nor a catalog schema (catalog.schema)")
+        self._folders: dict[str, str] = {}  # tube: its folder's name, where not the tube's
+        self._locations: dict[str, str] = {}  # table name: its location
+
+    def place(self, tube: str, folder: str | None, shards: int = 1) -> None:
+        """Where tube ``tube``'s tables are: ``tubes/<folder>`` (None: ``tubes/<tube>``).
+        The registry row of a tube names its folder when a dropped tube of the
+        same name left one behind (see :meth:`Layout.free_folder`).
+
+        Shard ``k > 0`` of a sharded tube (:func:`shard_key`) has tables of its
+        own inside the tube's folder, ``tubes/<folder>/shard<k>/inbox`` (in a
+        catalog ``<folder>__shard<k>__inbox``); shard 0's are the tube's own.
+        """
+        base = folder or tube
+        for k in range(shards):
+            key = shard_key(tube, k)
+            where = base if k == 0 else f"{base}{'__' if self.catalog else '/'}shard{k}"
+            if where == key:
+                self._folders.pop(key, None)
+            else:
+                self._folders[key] = where
+
+    @property
+    def registry(self) -> str:
+        return f"{self.root}.sq_registry" if self.catalog else f"{self.root}/_registry"
+
+    @property
+    def stats(self) -> str:
+        """The statistics snapshots the sweeper appends (one row per tube per pass)."""
+        return f"{self.root}.sq_stats" if self.catalog else f"{self.root}/_stats"
+
+    def inbox(self, tube: str) -> str:
+        return self._table(tube, "inbox")
+
+    def tasks(self, tube: str) -> str:
+        return self._table(tube, "tasks")
+
+    def _table(self, tube: str, kind: str) -> str:
+        sep = "__" if self.catalog else "/"
+        return f"{self.tube_dir(tube)}{sep}{kind}"
+
+    def tube_dir(self, tube: str) -> str:
+        """Where tube ``tube``'s tables are: its folder, or in a catalog the
+        prefix of its tables' names."""
+        folder = self._folders.get(tube, tube)
+        return f"{self.root}.{folder}" if self.catalog else f"{self.root}/tubes/{folder}"
+
+    def location(self, ref: str) -> str | None:
+        """Where the files of the table ``ref`` are: a path is its own; a table
+        name's is the catalog's answer (None: no such table), remembered."""
+        if is_path(ref):
+            return ref
+        found = self._locations.get(ref)
+        if found is None:
+            try:
+                rows = self.spark.sql(f"DESCRIBE TABLE EXTENDED {sql_table(ref)}").collect()
+            except Exception as e:
+                if any(m in str(e) for m in NO_TABLE):
+                    return None
+                raise
+            found = next((str(r[1]) for r in rows if r[0] == "Location"), None)
+            if found is None:
+                raise StorageError(ref, "the catalog gives this table no location")
+            self._locations[ref] = found
+        return found
+
+    def table_path(self, ref: str) -> str:
+        """:meth:`location` of a table that must be there."""
+        found = self.location(ref)
+        if found is None:
+            raise StorageError(ref, "the table is missing from the catalog: it was dropped "
+                               "outside sparkqueue; restore it, or drop() the tube")
+        return found
+
+    def forget_location(self, ref: str) -> None:
+        """Forget where table ``ref`` was (it was dropped, or may have moved)."""
+        self._locations.pop(ref, None)
+
+    @contextmanager
+    def tagged(self, tag: CommitTag) -> Iterator[SparkSession]:
+        """A session whose commits carry ``tag`` (see :func:`tagging`)."""
+        with tagging(self.spark, tag) as sess:
+            yield sess
+
+    def read(self, ref: str, spark: SparkSession | None = None,
+             version: int | None = None) -> DataFrame:
+        """The Delta table ``ref`` (at ``version``, or the newest)."""
+        return read(spark or self.spark, ref, version)
+
+
+def read(spark: SparkSession, ref: str, version: int | None = None) -> DataFrame:
+    """The Delta table ``ref`` (a path or a table name) at ``version`` (None: newest)."""
+    reader = spark.read.format("delta")
+    if version is not None:
+        reader = reader.option("versionAsOf", version)
+    return reader.load(ref) if is_path(ref) else reader.table(ref)
+
+
+def read_stream(spark: SparkSession, ref: str, options: dict[str, str]) -> DataFrame:
+    """A streaming read of the Delta table ``ref`` (a path or a table name) with ``options``."""
+    reader = spark.readStream.format("delta").options(**options)
+    return reader.load(ref) if is_path(ref) else reader.table(ref)
+
+
+def append(writer: DataFrameWriter, ref: str) -> None:
+    """Run ``writer`` (format, mode and options set) into the table ``ref``."""
+    if is_path(ref):
+        writer.save(ref)
+    else:
+        writer.saveAsTable(ref)
+
+
+#: Each thread's session for tagged commits, per classic session: (id of the
+#: session, thread id) -> (the session, its writer).
+_WRITERS: dict[tuple[int, int], tuple[SparkSession, SparkSession]] = {}
+#: Per Spark Connect session (by id): the lock its tagged commits hold.
+_TAG_LOCKS: dict[int, threading.RLock] = {}
+_LOCK = threading.Lock()
+
+#: Settings a tagged commit runs with. MERGE sources here are checkpointed and
+#: deterministic: copying them first is waste. A union keeps its inputs'
+#: partitions apart (Spark would merge them pairwise where the inputs are
+#: partitioned alike), so rows a write keeps in separate inputs get files of
+#: their own: a take's leased tasks apart from the others (``Accelerator.replace_files``).
+#: Parquet without dictionaries: task ids (and many payloads) are unique per row,
+#: and a file of 20,000 rows stays under the dictionary's size limit, so the
+#: writer builds a dictionary as big as the column for nothing.
+COMMIT_SETTINGS = {"spark.databricks.delta.merge.materializeSource": "none",
+                   "spark.sql.unionOutputPartitioning": "false",
+                   "parquet.enable.dictionary": "false"}
+
+
+def is_connect(spark: SparkSession) -> bool:
+    """Whether ``spark`` is a Spark Connect client's session."""
+    return type(spark).__module__.startswith("pyspark.sql.connect")
+
+
+def writer_session(spark: SparkSession) -> SparkSession:
+    """The calling thread's session of classic ``spark``'s application for tagged
+    commits (its ``newSession``), made once."""
+    key = (id(spark), threading.get_ident())
+    with _LOCK:
+        found = _WRITERS.get(key)
+    if found is not None and found[0] is spark:
+        return found[1]
+    writer = spark.newSession()
+    for name, value in COMMIT_SETTINGS.items():
+        writer.conf.set(name, value)
+    with _LOCK:
+        _WRITERS[key] = (spark, writer)
+    return writer
+
+
+@contextmanager
+def tagging(spark: SparkSession, tag: CommitTag) -> Iterator[SparkSession]:
+    """A session whose commits carry ``tag`` (Delta reads ``userMetadata`` from the
+    session's settings), so that threads tag their commits apart.
+
+    Classic: the thread's own session (:func:`writer_session`). Spark Connect:
+    ``spark`` itself, its settings held for the block by one thread at a time;
+    a DataFrame of one Connect session cannot meet another's, and the frames
+    a commit writes come from the caller's.
+    """
+    if not is_connect(spark):
+        with settings(writer_session(spark), {USER_METADATA: tag.json()}) as sess:
+            yield sess
+        return
+    with _LOCK:
+        lock = _TAG_LOCKS.setdefault(id(spark), threading.RLock())
+    with lock, settings(spark, {USER_METADATA: tag.json(), **COMMIT_SETTINGS}) as sess:
+        yield sess
+
+
+@contextmanager
+def settings(spark: SparkSession, values: dict[str, str]) -> Iterator[SparkSession]:
+    """``spark`` with ``values`` set for the block, then as it was: a block inside
+    another (an operation a callback or a test runs while one is under way, in
+    the same thread) leaves the outer one's tag in place."""
+    previous = {name: spark.conf.get(name, None) for name in values}
+    for name, value in values.items():
+        spark.conf.set(name, value)
+    try:
+        yield spark
+    finally:
+        for name, was in previous.items():
+            if was is None:
+                spark.conf.unset(name)
+            else:
+                spark.conf.set(name, was)

@@ -1,0 +1,429 @@
+"""Tube: the Tarantool queue verbs over one tube, the docstrings users read.
+
+Each verb checks its input (:mod:`sparkqueue.validate`), says what changes (an
+:class:`~sparkqueue.engine.ops.Op`: which rows may change, the checks their
+clauses carry, and the new values) and hands it to the engine
+(:mod:`sparkqueue.engine`), which commits it in one Delta commit, all or
+nothing: a row in the wrong state or leased to someone else fails the whole
+commit, then a diagnostic read names every offending id. Commit conflicts are
+retried, never surfaced while the deadline allows. Which ready rows a take
+leases is the driver's (:mod:`sparkqueue.drivers`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from typing import Any, SupportsIndex, overload
+
+from pyspark.sql import Column, DataFrame, Window
+from pyspark.sql import functions as F
+from pyspark.sql.streaming.query import StreamingQuery
+
+from . import store as st
+from . import streaming, validate
+from .engine import ingest as ing
+from .engine import leased, ops, stats
+from .engine import put as putting
+from .engine import records as recs
+from .engine import take as taking
+from .engine.context import TubeContext
+from .errors import InvalidOption, NotSupported, TaskNotFound
+from .store import CommitTag, sql_num
+from .task import Task, TaskState
+from .validate import URGENT_PRI
+
+__all__ = ["Tube", "Tasks", "URGENT_PRI", "Callback"]
+
+#: Tasks a verb acts on: an id (any integer, numpy's too), a collection of ids, or a
+#: DataFrame with a ``task_id`` column.
+TaskId = int | SupportsIndex
+Tasks = TaskId | Collection[TaskId] | DataFrame
+Callback = Callable[[DataFrame, str], Any]
+Opt = float | int | Column | None
+#: One task's payload: a dict of fields, or a scalar (a struct with one field, ``value``).
+Payload = dict[str, Any] | str | int | float | bool | bytes | None
+
+
+class Tube:
+    """One tube (queue). Get it from ``Queue.create_tube`` or ``Queue.tube``."""
+
+    def __init__(self, context: TubeContext, callbacks: dict[str, Callback],
+                 drop: Callable[[Tube], None]) -> None:
+        self._ctx = context
+        self.name = context.name
+        self.type = context.type
+        self.driver = context.driver
+        self.options = dict(context.options)
+        self._callbacks = callbacks
+        self._dropper = drop
+
+    def __repr__(self) -> str:
+        return f"Tube({self.name!r}, type={self.type!r})"
+
+    @property
+    def context(self) -> TubeContext:
+        """What the engine knows of this tube (for sparkqueue's own jobs: the
+        sweeper, the streaming sink, the Consumer)."""
+        return self._ctx
+
+    def _need_ttl(self, what: str) -> None:
+        if not self.driver.uses_ttl:
+            raise NotSupported(f"{self.type} tube {self.name!r} does not support {what}")
+
+    def drop(self) -> None:
+        """Remove the tube and its tables; refuses with InvalidState while a task is taken."""
+        self._dropper(self)
+
+    @property
+    def parts(self) -> list[Tube]:
+        """The tube's shards, each a tube over one inbox and tasks table of its own
+        (for sparkqueue's own jobs); a tube of one shard is its own only part."""
+        return [self]
+
+    def apply_op(self, op: ops.Op, tasks: Any, **kwargs: Any) -> DataFrame:
+        """Commit ``op`` on ``tasks`` (for the verbs, and a sharded tube's routing):
+        the tasks it changed in its commit (none: an empty DataFrame). An op on
+        the caller's own leases (``on_leases``) that names whole data files of
+        them commits without a MERGE (:func:`leased.on_whole_files`)."""
+        if op.on_leases and not kwargs.get("extra"):
+            tasks = validate.task_ids(tasks)  # bad ids fail here, before any commit
+            if st.is_dataframe(tasks):
+                tasks = ops.collected_ids(tasks)
+            if isinstance(tasks, list):
+                done = leased.on_whole_files(self._ctx, op, tasks,
+                                             self._ctx.who(kwargs.get("owner")))
+                if done is not None:
+                    return done
+        return ops.mutate(self._ctx, op, tasks, **kwargs) or ing.empty(self._ctx)
+
+    @overload
+    def put(self, data: DataFrame | list[Any] | tuple[Any, ...], *, pri: Opt = None,
+            ttl: Opt = None, ttr: Opt = None, delay: Opt = None,
+            utube: str | Column | None = None, timeout: float | None = None) -> DataFrame: ...
+
+    @overload
+    def put(self, data: Payload, *, pri: Opt = None, ttl: Opt = None, ttr: Opt = None,
+            delay: Opt = None, utube: str | Column | None = None,
+            timeout: float | None = None) -> Task: ...
+
+    def put(self, data: Any, *, pri: Opt = None, ttl: Opt = None, ttr: Opt = None,
+            delay: Opt = None, utube: str | Column | None = None,
+            timeout: float | None = None) -> DataFrame | Task:
+        """Put tasks: one per DataFrame row, or one per dict/scalar.
+
+        Parameters
+        ----------
+        data
+            A DataFrame (all its columns become each task's payload), a dict
+            or scalar (one task), or a list of them.
+        pri, ttl, ttr, delay
+            Python numbers, or Columns of per-row values; the tube's defaults
+            otherwise. Only for drivers that support them.
+        utube
+            The sub-queue (utube drivers).
+        timeout
+            limfifottl: seconds to wait for room.
+
+        Returns
+        -------
+        DataFrame of the created tasks (``ready``, or ``delayed`` when
+        ``delay > 0``) for DataFrame and list input; a :class:`Task` for a
+        single dict or scalar.
+
+        Examples
+        --------
+        >>> tube.put(spark.createDataFrame([("a.com",)], ["url"]))   # doctest: +SKIP
+        >>> tube.put({"url": "b.com"}, delay=30).task_id              # doctest: +SKIP
+        """
+        opts = putting.put_options(self._ctx, pri=pri, ttl=ttl, ttr=ttr, delay=delay,
+                                   utube=utube, timeout=timeout)
+        return self._put(data, event="put", opts=opts)
+
+    @overload
+    def urgent(self, data: DataFrame | list[Any] | tuple[Any, ...], **opts: Any) -> DataFrame: ...
+
+    @overload
+    def urgent(self, data: Payload, **opts: Any) -> Task: ...
+
+    def urgent(self, data: Any, **opts: Any) -> DataFrame | Task:
+        """Like :meth:`put`, ahead of every other task (the most urgent priority)."""
+        if opts.get("pri") is not None:
+            raise InvalidOption("urgent() sets the priority itself; do not pass pri")
+        opts.pop("pri", None)
+        return self._put(data, urgent=True, event="put",
+                         opts=putting.put_options(self._ctx, **opts))
+
+    def _put(self, data: Any, *, event: str, opts: putting.PutOptions,
+             urgent: bool = False) -> DataFrame | Task:
+        single = not isinstance(data, (DataFrame, list, tuple))
+        out = self._ctx.guarded(
+            lambda: putting.write_put(self._ctx, data, single, urgent, opts, event))
+        assert out is not None  # only idempotent (sink) appends are ever skipped
+        return out
+
+    def take(self, n: int = 1, *, timeout: float = 0.0, owner: str | None = None,
+             window: int | None = None) -> DataFrame:
+        """Lease up to ``n`` ready tasks to ``owner``, lowest ``(pri, task_id)`` first.
+
+        Waits up to ``timeout`` seconds (``float("inf")``: forever) for at
+        least one task. The returned DataFrame is read at the version the take
+        committed, so re-evaluating it gives the same rows.
+
+        Examples
+        --------
+        >>> batch = tube.take(1000, timeout=5)      # doctest: +SKIP
+        >>> tube.ack(batch)                         # doctest: +SKIP
+        """
+        n, wait, who, win = self.take_args(n, timeout, owner, window)
+        return self._ctx.guarded(lambda: taking.take(self._ctx, n, wait, who, win))
+
+    def take_args(self, n: int, timeout: float, owner: str | None,
+                  window: int | None) -> tuple[int, float, str, int]:
+        """:meth:`take`'s arguments, checked: ``(n, timeout, owner, window)``."""
+        n = validate.batch("n", n)
+        wait = validate.seconds("timeout", timeout)
+        if window is not None:
+            if not self.driver.uses_utube:
+                raise NotSupported(f"{self.type} tube {self.name!r} has no sub-queue window")
+            window = validate.batch("window", window)
+        return n, wait, self._ctx.who(owner), window or int(self._ctx.default("window") or 1)
+
+    def ack(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
+        """Complete taken tasks (only their owner may); they leave the tube.
+
+        Returns the tasks with status ``done``. All or nothing: one task not
+        taken by ``owner`` fails the whole batch and changes nothing.
+        """
+        return self.apply_op(ops.ACK, tasks, owner=owner)
+
+    def release(self, tasks: Tasks, *, owner: str | None = None, delay: float | None = None,
+                ttl: float | None = None) -> DataFrame:
+        """Return taken tasks to ``ready``, or ``delayed`` for ``delay`` seconds.
+
+        A delay extends the task's ttl by the same amount (Tarantool's rule);
+        ``ttl`` gives the task a fresh time to live counted from now.
+        """
+        d = 0.0
+        if delay is not None:
+            self._need_ttl("release(delay=...)")
+            d = validate.seconds("delay", delay)
+        if ttl is not None:
+            self._need_ttl("release(ttl=...)")
+            t_new = validate.seconds("ttl", ttl)
+        action = {
+            "status": "'delayed'" if d > 0 else "'ready'",
+            "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
+            "delay_end": f"{{now}} + {sql_num(d)}" if d > 0 else "0.0D",
+            "ttl_end": f"t.ttl_end + {sql_num(d)}",
+            "ttl": f"t.ttl + {sql_num(d)}",
+        }
+        if ttl is not None:
+            action["ttl"] = sql_num(t_new)
+            action["ttl_end"] = f"{{now}} + {sql_num(d)} + {sql_num(t_new)}"
+        return self.apply_op(ops.Op("release", ops.OWNED, action, on_leases=True), tasks,
+                             owner=owner)
+
+    def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
+        """Return taken tasks to ``ready`` at the end of the queue (a new, higher order key)."""
+        def last() -> int:
+            ing.ingest(self._ctx)
+            path = self._ctx.layout.tasks(self._ctx.key)
+            version = self._ctx.layout.latest_version(path)
+            top = self._ctx.layout.read(path, version=version).agg(
+                F.max("order_key"), F.max("task_id")).first()
+            # a lease record's tasks: their order keys are their ids
+            held = [r.ids[1] for r in recs.records_at(self._ctx, version).values()]
+            return max([int(top[0] or 0), int(top[1] or 0), *held]) if top else max(held or [0])
+        base = self._ctx.guarded(last) + 1
+        action = {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
+                  "lease_end": "0.0D", "order_key": f"{base} + s.arg_rank"}
+        op = ops.Op("requeue", ops.OWNED, action)
+        rank = F.row_number().over(Window.orderBy("task_id")) - 1
+        return self.apply_op(op, tasks, extra={"rank": rank}, owner=owner)
+
+    def touch(self, tasks: Tasks, increment: float, *, owner: str | None = None) -> DataFrame:
+        """Extend the ttr and ttl of taken tasks by ``increment`` seconds."""
+        self._need_ttl("touch")
+        inc = sql_num(validate.seconds("increment", increment))
+        action = {"ttr": f"t.ttr + {inc}", "ttl": f"t.ttl + {inc}",
+                  "ttl_end": f"t.ttl_end + {inc}",
+                  "lease_end": f"least(t.lease_end + {inc}, t.ttl_end + {inc})"}
+        return self.apply_op(ops.Op("touch", ops.OWNED, action, on_leases=True), tasks,
+                             owner=owner)
+
+    def done(self, task_id: TaskId, data: Any, *, owner: str | None = None) -> DataFrame:
+        """Complete a task taken by ``owner`` (default this Queue's) but keep it, with
+        ``data`` as payload."""
+        ident = validate.one_id(task_id)
+        # the tasks table's: before any ingest it has none, and no task can be taken
+        tube_schema = ing.data_schema(self._ctx, self._ctx.layout.tasks(self._ctx.key))
+        frame, col = putting.payload_of(self._ctx, data, tube_schema)
+        row = frame.select(col.alias("p")).first()
+        assert row is not None
+        payload = row["p"]
+        op = ops.Op("done", ops.OWNED, {
+            "status": "'done'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
+            "data": "s.arg_data"})
+        if tube_schema is None:  # nothing was ever put: no task can be taken
+            raise TaskNotFound(self.name, ident)
+        value = putting.struct_literal(payload, tube_schema)
+        return self.apply_op(op, ident, extra={"data": value}, owner=owner)
+
+    def bury(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
+        """Move tasks to ``buried`` from any state (a task taken by another owner refuses)."""
+        op = ops.Op(
+            "bury",
+            "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
+            "WHEN {eff} = 'done' THEN 'InvalidState' "
+            "WHEN {eff} = 'taken' AND t.owner <> s.arg_owner THEN 'NotOwner' END",
+            {"status": "'buried'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
+             "delay_end": "0.0D", "buried_count": "t.buried_count + 1"},
+            skip="{eff} = 'buried'",
+            pending=True,
+            on_leases=True,
+        )
+        return self.apply_op(op, tasks, owner=owner)
+
+    def kick(self, count: int = 1) -> int:
+        """Move up to ``count`` buried tasks to ``ready``, lowest ``(pri, id)`` first."""
+        count = validate.batch("count", count, minimum=0)
+        if count == 0:
+            return 0
+        op = ops.Op("kick", "CASE WHEN {eff} <> 'buried' THEN 'Stale' END", ops.UNBURY,
+                    missing=None)
+        result = ops.mutate(
+            self._ctx, op, None, collect_upto=count if count <= ops.COLLECT_UPTO else 0,
+            chooser=lambda now: recs.live_tasks(self._ctx, now, pending=False)
+            .where("eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
+        return 0 if result is None else result.count()
+
+    def dig(self, task_id: TaskId) -> DataFrame:
+        """Move one buried task to ``ready`` (the older API's ``dig``)."""
+        ident = validate.one_id(task_id)
+        op = ops.Op("dig", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
+                    "WHEN {eff} <> 'buried' THEN 'InvalidState' END", ops.UNBURY)
+        return self.apply_op(op, ident)
+
+    unbury = dig
+
+    def delete(self, tasks: Tasks) -> DataFrame:
+        """Remove tasks whatever their state; returns them with status ``done``."""
+        op = ops.Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None,
+                    pending=True, on_leases=True)
+        return self.apply_op(op, tasks)
+
+    def release_all(self) -> int:
+        """Return every taken task, whoever holds it, to ``ready``; the count."""
+        op = ops.Op("release_all", "CASE WHEN {eff} <> 'taken' THEN 'Stale' END",
+                    {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
+                     "lease_end": "0.0D"}, missing=None, chooses_leases=True)
+        result = ops.mutate(self._ctx, op, None, event="release",
+                            chooser=lambda now: recs.live_tasks(self._ctx, now, pending=False)
+                            .where("status = 'taken'")  # prunes files by their statistics
+                            .where("eff = 'taken'"))
+        return 0 if result is None else result.count()
+
+    def peek(self, tasks: Tasks) -> DataFrame:
+        """Read tasks without changing them; :class:`TaskNotFound` for a missing single id."""
+        ids = validate.task_ids(tasks)
+        single = not isinstance(tasks, (DataFrame, list, tuple, set, frozenset))
+
+        def read() -> DataFrame:
+            view = recs.view(self._ctx, self._ctx.now())
+            if st.is_dataframe(ids):
+                chosen = view.join(ids.select(F.col("task_id").cast("long")).distinct(),
+                                   "task_id", "left_semi")
+            else:
+                chosen = view.where(F.col("task_id").isin(ids))
+            out = st.frozen(chosen.select(*st.PUBLIC_COLUMNS))
+            if single and out.isEmpty():
+                raise TaskNotFound(self.name, ids if isinstance(ids, list) else [])
+            return out
+        return self._ctx.guarded(read)
+
+    def meta(self, task_id: TaskId) -> dict[str, Any]:
+        """Everything known of one task: times, counters, owner, and ``now``."""
+        ident = validate.one_id(task_id)
+        now = self._ctx.now()
+        row = self._ctx.guarded(
+            lambda: recs.view(self._ctx, now).where(F.col("task_id").isin(ident)).first())
+        if row is None:
+            raise TaskNotFound(self.name, ident)
+        return {
+            "task_id": int(row["task_id"]), "tube": self.name, "status": row["status"],
+            "event": float(row["next_event"]), "pri": int(row["pri"]), "owner": row["owner"],
+            "created": float(row["created"]), "ttl": float(row["ttl"]), "ttr": float(row["ttr"]),
+            "taken_count": int(row["taken_count"]), "buried_count": int(row["buried_count"]),
+            "utube": row["utube"], "now": now,
+        }
+
+    def tasks_by_state(self, state: str | TaskState) -> DataFrame:
+        """All tasks in ``state`` now."""
+        s = TaskState.parse(state)
+        return self._ctx.guarded(lambda: recs.view(self._ctx, self._ctx.now())
+                                 .where(F.col("status") == s.value)
+                                 .select(*st.PUBLIC_COLUMNS))
+
+    def statistics(self) -> dict[str, dict[str, int]]:
+        """Tarantool's statistics: task counts by state and call counts.
+
+        Counts come from the tables and the Delta commit log, so they cover
+        every process and survive restarts. ``calls`` count tasks (a put of a
+        1,000-row DataFrame counts 1,000 puts, as 1,000 Tarantool puts would).
+        """
+        return self._ctx.guarded(lambda: stats.census(self._ctx, self._ctx.now())[0])
+
+    def truncate(self) -> None:
+        """Delete every task, keep the tube. No events; counters are untouched."""
+        def run() -> None:
+            ing.ingest(self._ctx)
+            with self._ctx.layout.tagged(CommitTag.new("truncate")) as sess:
+                st.delete(sess, self._ctx.layout.tasks(self._ctx.key),
+                          f"task_id >= 0 OR status = '{st.LEASE}'")  # and lease records
+        self._ctx.guarded(lambda: st.retrying(run, deadline=self._ctx.deadline(),
+                                              what=f"truncate of {self.name!r}"))
+
+    def sink(self, stream_df: DataFrame, checkpoint_location: str, *,
+             trigger: dict[str, Any] | None = None, **put_opts: Any) -> StreamingQuery:
+        """Feed this tube from a streaming DataFrame: every row one task, exactly once.
+
+        Each micro-batch is one put (``put_opts`` as for :meth:`put`, Columns
+        allowed), an idempotent Delta append keyed by the query's id and the
+        batch id, so a batch replayed after a crash or restart is not put
+        twice. ``trigger`` goes to ``DataStreamWriter.trigger(**trigger)``.
+
+        Examples
+        --------
+        >>> q = tube.sink(spark.readStream.json(landing, schema), "/ckpt/urls",
+        ...               trigger={"availableNow": True}, utube=F.col("domain"))  # doctest: +SKIP
+        >>> q.awaitTermination()                                                 # doctest: +SKIP
+        """
+        return streaming.sink(self, stream_df, checkpoint_location, trigger, put_opts)
+
+    def changes(self, starting_version: int | None = None) -> DataFrame:
+        """Streaming DataFrame of task state transitions (the tasks table's change feed).
+
+        Columns: task_id, status (after the change; ``done`` once it left the
+        tube), event (the operation), owner, pri, utube, taken_count,
+        buried_count, version, committed_at and data.
+
+        Examples
+        --------
+        >>> burials = tube.changes().where("event = 'bury'")              # doctest: +SKIP
+        >>> burials.writeStream.format("console").start()                # doctest: +SKIP
+        """
+        if not self.options.get("change_feed", True):
+            raise NotSupported(f"tube {self.name!r} was created with change_feed=False: "
+                               "it keeps no change feed to stream")
+        return streaming.changes([self], starting_version)[0]
+
+    def on_task_change(self, callback: Callback | None = None) -> Callback | None:
+        """Set ``callback(tasks_df, event)``, called after each committed change made
+        through this process (through any Queue of the root); returns the previous
+        one. ``None`` removes it."""
+        if callback is not None and not callable(callback):
+            raise InvalidOption(f"on_task_change needs a callable, got {callback!r}")
+        previous = self._callbacks.pop(self.name, None)
+        if callback is not None:
+            self._callbacks[self.name] = callback
+        return previous
