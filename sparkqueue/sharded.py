@@ -59,7 +59,7 @@ class ShardedTube(Tube):
 
     def _put(self, data: Any, *, event: str, opts: putting.PutOptions,
              urgent: bool = False) -> DataFrame | Task:
-        single = not isinstance(data, (DataFrame, list, tuple))
+        single = not isinstance(data, (*st.DATAFRAMES, list, tuple))
         self._turn = (self._turn + 1) % len(self._parts)
         out = sh.put(self._contexts(), data, single, urgent, opts, event, self._turn)
         assert out is not None  # only idempotent (sink) appends are ever skipped
@@ -139,7 +139,7 @@ class ShardedTube(Tube):
         return self._part_of(task_id).meta(task_id)
 
     def peek(self, tasks: Tasks) -> DataFrame:
-        single = not isinstance(tasks, (DataFrame, list, tuple, set, frozenset))
+        single = not isinstance(tasks, (*st.DATAFRAMES, list, tuple, set, frozenset))
         if single:
             return self._part_of(tasks).peek(tasks)  # type: ignore[arg-type]
         routed = self._route(tasks)

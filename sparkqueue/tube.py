@@ -155,7 +155,7 @@ class Tube:
 
     def _put(self, data: Any, *, event: str, opts: putting.PutOptions,
              urgent: bool = False) -> DataFrame | Task:
-        single = not isinstance(data, (DataFrame, list, tuple))
+        single = not isinstance(data, (*st.DATAFRAMES, list, tuple))
         out = self._ctx.guarded(
             lambda: putting.write_put(self._ctx, data, single, urgent, opts, event))
         assert out is not None  # only idempotent (sink) appends are ever skipped
@@ -326,7 +326,7 @@ class Tube:
     def peek(self, tasks: Tasks) -> DataFrame:
         """Read tasks without changing them; :class:`TaskNotFound` for a missing single id."""
         ids = validate.task_ids(tasks)
-        single = not isinstance(tasks, (DataFrame, list, tuple, set, frozenset))
+        single = not isinstance(tasks, (*st.DATAFRAMES, list, tuple, set, frozenset))
 
         def read() -> DataFrame:
             view = recs.view(self._ctx, self._ctx.now())

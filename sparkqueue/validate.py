@@ -79,7 +79,7 @@ def seconds(what: str, value: Any) -> float:
 
 def time_option(what: str, value: Any) -> float | Column:
     """A time option: seconds, or a Column of per-row seconds (checked as rows are written)."""
-    return value if isinstance(value, Column) else seconds(what, value)
+    return value if st.is_column(value) else seconds(what, value)
 
 
 def integer(what: str, value: Any, *, minimum: int | None = None,

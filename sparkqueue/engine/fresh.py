@@ -4,7 +4,6 @@ puts' tags tell which they are."""
 
 from __future__ import annotations
 
-from functools import reduce
 from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
@@ -151,7 +150,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                          **({"ack": len(acking or [])} if acked else {}))
         if head is None and len(spans) == 1:  # read by the choice and the write
             spans = [spans[0]._replace(rows=st.frozen(spans[0].rows, eager=False))]
-        pending = reduce(DataFrame.unionByName, [run.rows for run in spans])
+        pending = st.union([run.rows for run in spans])
         picked = pick(sess, now, None, lambda _: head or choice(ctx, pending, files, n, win, now),
                       n if n <= COLLECT_UPTO else 0, step=ctx.shards)
         rows = [run.rows for run in spans]
@@ -313,7 +312,7 @@ def acked_result(ctx: TubeContext, version: int, token: str, ids: list[int],
     frames = [records.as_acked(ctx, r) for r in held]
     if len(held) < len(removed) or not removed:
         frames.append(acked_rows(ctx, version, token, ids))
-    return reduce(DataFrame.unionByName, frames)
+    return st.union(frames)
 
 
 def noting_leased(ctx: TubeContext, written: list[dict[str, Any]], count: int,

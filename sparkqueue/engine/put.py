@@ -55,13 +55,13 @@ def put_options(ctx: TubeContext, **opts: Any) -> PutOptions:
     times = {k: validate.time_option(k, opts[k]) for k in ("ttl", "ttr", "delay")
              if opts.get(k) is not None}
     pri = opts.get("pri")
-    if pri is not None and not isinstance(pri, Column):
+    if pri is not None and not st.is_column(pri):
         pri = validate.pri(pri)
     timeout = opts.get("timeout")
     if timeout is not None:
         timeout = validate.seconds("timeout", timeout)
     utube = opts.get("utube")
-    if utube is not None and not isinstance(utube, (str, Column)):
+    if utube is not None and not (isinstance(utube, str) or st.is_column(utube)):
         raise InvalidOption(f"utube must be a string or a Column, got {utube!r}")
     return PutOptions(pri, times, utube, timeout)
 
@@ -231,16 +231,16 @@ def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptio
     cols: dict[str, Column] = {}
     for key in ("ttl", "ttr", "delay"):
         v = opts.times.get(key, ctx.default(key))
-        if isinstance(v, Column):
+        if st.is_column(v):
             cols[key] = checked(v, key)
         elif v is not None:
             put[key] = float(v)
     put["pri"] = validate.URGENT_PRI if urgent else int(ctx.default("pri") or 0)
-    if isinstance(opts.pri, Column):  # NULLs in it take the tube's default
+    if st.is_column(opts.pri):  # NULLs in it take the tube's default
         cols["pri"] = checked(opts.pri, "pri")
-    elif opts.pri is not None:
-        put["pri"] = int(opts.pri)
-    if isinstance(opts.utube, Column):
+    elif isinstance(opts.pri, int):
+        put["pri"] = opts.pri
+    if st.is_column(opts.utube):
         cols["utube"] = opts.utube.cast("string")
     elif opts.utube is not None:
         put["utube"] = opts.utube

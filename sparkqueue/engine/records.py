@@ -34,7 +34,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import reduce
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -195,7 +194,7 @@ def task_rows(ctx: TubeContext, spark: SparkSession, names: list[str],
     plain = [n for n in names if n not in held]
     if plain or not frames:
         frames.append(layout.read_task_files(path, plain, spark))
-    return reduce(DataFrame.unionByName, frames)
+    return st.union(frames)
 
 
 def _read_records(ctx: TubeContext, path: str, version: int | None,
@@ -270,7 +269,7 @@ def settle(ctx: TubeContext, which: Callable[[Record], bool], probe: bool = True
             return 0
         tag = CommitTag.new("settle")
         with layout.tagged(tag) as sess:
-            tasks = reduce(DataFrame.unionByName, [
+            tasks = st.union([
                 expand(ctx, sess, r).withColumn("rec", F.lit(r.token)) for r in picked])
             present = (layout.read(path, sess).where(f"status = '{LEASE}'")
                        .select(F.col("change_token").alias("rec")))

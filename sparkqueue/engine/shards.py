@@ -72,10 +72,10 @@ def put(contexts: list[TubeContext], data: Any, single: bool, urgent: bool,
     sub-queue's shard, one commit per shard (each idempotent with ``txn``).
     On a utube tube, tasks without a sub-queue share one (Tarantool's rule),
     which lives in shard 0."""
-    if isinstance(opts.utube, Column):
+    if st.is_column(opts.utube):
         return _put_rows_apart(contexts, data, single, urgent, opts, event, txn)
     n = len(contexts)
-    if opts.utube is not None:
+    if isinstance(opts.utube, str):
         k = utube_shard(opts.utube, n)
     else:
         k = 0 if contexts[0].driver.uses_utube else turn % n
@@ -109,7 +109,7 @@ def _put_rows_apart(contexts: list[TubeContext], data: Any, single: bool, urgent
     """A put whose sub-queues are per row: its rows split by shard, checked all
     together before the first shard's commit, so a bad row writes nothing."""
     ref = contexts[0]
-    assert isinstance(opts.utube, Column)
+    assert st.is_column(opts.utube)
     frame, payload = putting.payload_of(ref, data, _known_schema(contexts))
     staged = st.frozen(frame.select(payload.alias("_sq_payload"), "*")
                        .withColumn("_sq_shard", utube_shard_column(opts.utube, len(contexts))))

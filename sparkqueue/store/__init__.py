@@ -50,7 +50,16 @@ from .filestats import (
     stats_of,
     whole_files,
 )
-from .frames import DATAFRAMES, column_values, frozen, is_dataframe, try_cast
+from .frames import (
+    COLUMNS,
+    DATAFRAMES,
+    column_values,
+    frozen,
+    is_column,
+    is_dataframe,
+    try_cast,
+    union,
+)
 from .layout import ENGINES, Layout
 from .paths import append, read, read_stream, shard_key
 from .schema import (
@@ -102,21 +111,16 @@ from .tables import (
 )
 
 __all__ = [
-    "add_column", "append", "is_path", "read", "read_stream",
-    "CHANGE_TYPE", "DATAFRAMES", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN",
-    "LEASE", "MARKER",
-    "PUBLIC_COLUMNS",
-    "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS", "TASK_COLUMNS", "TASK_FILE_ROWS",
-    "TASK_TABLE_COLUMNS",
-    "USER_METADATA", "CommitTag", "Cursor", "Layout", "PutFile", "StaleChoice", "When", "delete",
-    "bound_sql", "column_values", "conflicts_retried",
-    "effective_status", "feed_start", "frozen", "is_dataframe", "file_entry", "first_line",
-    "guard_failure", "head_bound",
-    "head_files", "head_key", "id_frame", "id_runs", "inbox_schema", "is_conflict",
-    "is_missing_table", "keep_feed", "keeps_feed", "may_hold", "may_hold_ready",
-    "merge", "missing_table_error", "next_event", "nullable", "parse_tag", "quoted", "raise_guard",
-    "raise_missing",
-    "reaches", "ready_head", "ready_when", "retrying", "shard_key", "sql_literal", "sql_num",
-    "stats_of", "try_cast", "typed_guard_error", "update", "vacuum", "whole_files", "with_ids",
-    "without_ids",
+    "add_column", "append", "is_path", "read", "read_stream", "CHANGE_TYPE", "COLUMNS",
+    "DATAFRAMES", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "LEASE", "MARKER",
+    "PUBLIC_COLUMNS", "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS", "TASK_COLUMNS",
+    "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS", "USER_METADATA", "CommitTag", "Cursor", "Layout",
+    "PutFile", "StaleChoice", "When", "delete", "bound_sql", "column_values", "conflicts_retried",
+    "effective_status", "feed_start", "frozen", "is_column", "is_dataframe", "file_entry",
+    "first_line", "guard_failure", "head_bound", "head_files", "head_key", "id_frame", "id_runs",
+    "inbox_schema", "is_conflict", "is_missing_table", "keep_feed", "keeps_feed", "may_hold",
+    "may_hold_ready", "merge", "missing_table_error", "next_event", "nullable", "parse_tag",
+    "quoted", "raise_guard", "raise_missing", "reaches", "ready_head", "ready_when", "retrying",
+    "shard_key", "sql_literal", "sql_num", "stats_of", "try_cast", "typed_guard_error", "union",
+    "update", "vacuum", "whole_files", "with_ids", "without_ids",
 ]

@@ -9,24 +9,31 @@ Column that is not the same on every line goes through here.
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Sequence
+from functools import reduce
 from typing import Any, TypeGuard
 
 from pyspark.sql import Column, DataFrame
 
-__all__ = ["DATAFRAMES", "column_values", "frozen", "is_dataframe", "try_cast"]
+__all__ = ["COLUMNS", "DATAFRAMES", "column_values", "frozen", "is_column", "is_dataframe",
+           "try_cast", "union"]
 
 
-def _dataframe_classes() -> tuple[type, ...]:
-    try:  # Spark Connect's client packages may be missing: then there are no such frames
-        from pyspark.sql.connect.dataframe import DataFrame as ConnectDataFrame
+def _classes(base: type, module: str) -> tuple[type, ...]:
+    """``base`` and, where it is a class apart (Spark 3.5), Spark Connect's class of
+    the same name from ``module``."""
+    try:  # Spark Connect's client packages may be missing: then there are no such objects
+        connect = getattr(importlib.import_module(module), base.__name__)
     except ImportError:
-        return (DataFrame,)
-    return (DataFrame,) if issubclass(ConnectDataFrame, DataFrame) else (
-        DataFrame, ConnectDataFrame)
+        return (base,)
+    return (base,) if issubclass(connect, base) else (base, connect)
 
 
 #: The classes of a DataFrame: classic and Spark Connect (one class from Spark 4 on).
-DATAFRAMES: tuple[type, ...] = _dataframe_classes()
+DATAFRAMES: tuple[type, ...] = _classes(DataFrame, "pyspark.sql.connect.dataframe")
+#: The classes of a Column, likewise.
+COLUMNS: tuple[type, ...] = _classes(Column, "pyspark.sql.connect.column")
 #: Spark Connect's DataFrame where it is not a pyspark.sql.DataFrame (Spark 3.5).
 _OWN_CONNECT = DATAFRAMES[1:]
 
@@ -34,6 +41,11 @@ _OWN_CONNECT = DATAFRAMES[1:]
 def is_dataframe(value: object) -> TypeGuard[DataFrame]:
     """Whether ``value`` is a DataFrame, classic or Spark Connect's."""
     return isinstance(value, DATAFRAMES)
+
+
+def is_column(value: object) -> TypeGuard[Column]:
+    """Whether ``value`` is a Column, classic or Spark Connect's."""
+    return isinstance(value, COLUMNS)
 
 
 def frozen(frame: DataFrame, eager: bool = True) -> DataFrame:
@@ -44,6 +56,12 @@ def frozen(frame: DataFrame, eager: bool = True) -> DataFrame:
     if _OWN_CONNECT and isinstance(frame, _OWN_CONNECT):
         return frame.sparkSession.createDataFrame(frame.collect(), frame.schema)
     return frame.localCheckpoint(eager=eager)
+
+
+def union(frames: Sequence[DataFrame]) -> DataFrame:
+    """The rows of all ``frames``, matched by column name: each frame's own
+    ``unionByName``, which a Spark 3.5 Connect DataFrame has as a class of its own."""
+    return reduce(lambda a, b: a.unionByName(b), frames)
 
 
 def column_values(frame: DataFrame) -> list[list[Any]]:

@@ -51,6 +51,7 @@ from . import schema
 from .failures import NOT_WRITABLE, first_line
 from .files import SparkFiles
 from .filestats import STATS_COLUMNS
+from .frames import is_dataframe
 from .jvm import HadoopFiles, delta_classes, jvm_of
 from .log import LogReader, commit_info
 from .paths import NO_TABLE, append, shard_key
@@ -428,7 +429,7 @@ class Layout(LogReader):
         it deleted in the files it removed: those are read (:meth:`commit_files`).
         """
         bounds = f"task_id BETWEEN {lo} AND {hi}"
-        spark = removable.sparkSession if isinstance(removable, DataFrame) else self.spark
+        spark = removable.sparkSession if is_dataframe(removable) else self.spark
         path = self.tasks(tube)
         files = self.commit_files(path, version)
 

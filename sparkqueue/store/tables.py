@@ -16,12 +16,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import reduce
 from typing import Any, Literal
 
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import types as T
 
+from .frames import union
 from .schema import MARKER, Cursor
 from .sql import quoted, sql_type
 
@@ -177,4 +177,4 @@ def ingest_frame(runs: list[DataFrame], cursor: Cursor) -> DataFrame:
         "task_id long, status string, inbox_version long, order_key long, taken_count long",
     )
     frames = [run.coalesce(1).sortWithinPartitions("task_id") for run in runs]
-    return reduce(DataFrame.unionByName, frames).unionByName(marker, allowMissingColumns=True)
+    return union(frames).unionByName(marker, allowMissingColumns=True)

@@ -4,13 +4,15 @@ JVM in this process is used for them)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube
 
-from ..conftest import CONTRACT_OPTIONS, contract_tube
+from ..conftest import COMPAT, CONTRACT_OPTIONS, contract_tube
 
 #: The drivers whose contract runs over Spark Connect: the two take strategies
 #: (fifo's head of ready tasks, utube's windowed sub-queue heads), with times.
@@ -23,16 +25,27 @@ FIFO_TAKES = {"test_fifo_order_and_ids_unique_forever",
               "test_release_returns_task_to_its_place", "test_requeue_moves_task_to_the_end"}
 
 
+#: The notebook the compatibility tier (tests/compat.py) runs on another Spark line:
+#: the notebooks differ in what they do with the API, not in what Spark runs.
+COMPAT_NOTEBOOK = "quickstart.py"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """fifottl runs only the take tests (FIFO_TAKES) over Spark Connect."""
-    def fifo_extra(item: pytest.Item) -> bool:
+    """fifottl runs only the take tests (FIFO_TAKES) over Spark Connect; on another
+    Spark line (the compatibility tier) one notebook runs."""
+    compat = bool(os.environ.get(COMPAT))
+
+    def dropped_here(item: pytest.Item) -> bool:
         spec = getattr(item, "callspec", None)
+        notebook = spec.params.get("notebook") if spec is not None else None
+        if compat and notebook is not None and notebook.name != COMPAT_NOTEBOOK:
+            return True
         return (spec is not None and spec.params.get("tube") == "fifottl"
                 and getattr(item, "originalname", item.name) not in FIFO_TAKES)
-    dropped = [item for item in items if fifo_extra(item)]
+    dropped = [item for item in items if dropped_here(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
-        items[:] = [item for item in items if not fifo_extra(item)]
+        items[:] = [item for item in items if not dropped_here(item)]
 
 
 @pytest.fixture
