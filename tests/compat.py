@@ -8,12 +8,13 @@ For each line of :data:`sparkqueue.store.lines.LINES` other than this venv's:
    tested pyspark and delta-spark and sparkqueue itself (editable), made
    once and made again when the line's pins change;
 2. pytest there, on :data:`TESTS`: the contract on a classic session (the
-   engine the line runs there: every verb on fifottl, utubettl and a sharded
-   tube, a round trip on fifo, utube and limfifottl), catalog roots, sharded
-   tubes, the sink, ``changes`` and the ``Consumer``, the sweeper through
-   ``spark-submit``, and tests/connect: the portable engine as a Spark
-   Connect client of a server of that line (the contract, a catalog tube,
-   the demo, the command line, a notebook, a sink, a consumer and a sweep).
+   engine the line runs there: every verb on fifottl, a round trip on fifo,
+   utube, utubettl, limfifottl and a sharded tube), a catalog tube, sharded
+   tubes (a Consumer, the sweeper, a sink and a drop on one), a sink,
+   ``changes``, a ``Consumer``, the sweeper through ``spark-submit`` and a
+   SIGKILL, and tests/connect: the portable engine as a Spark Connect client
+   of a server of that line (every verb on utubettl, a catalog tube, the
+   demo, the command line, a notebook, a sink, a consumer and a sweep).
 
 ``python -m tests.compat [LINE ...]`` runs the lines named (default: all but
 this one) and ends with one line of results per Spark line; its exit status
@@ -36,17 +37,20 @@ from tests.conftest import COMPAT
 REPO = Path(__file__).resolve().parent.parent
 VENVS = REPO / ".venvs"
 
-#: What each line runs (paths and node ids, from the repository's root).
+#: What each line runs (paths and node ids, from the repository's root): a part of the
+#: main line's suite (tests/conftest.py's COMPAT narrows the contract there), sized for
+#: a few minutes a line.
 TESTS = [
     "tests/contract",
-    "tests/test_catalog.py",
-    "tests/test_shards.py",
-    "tests/streaming/test_streaming.py",
+    "tests/test_catalog.py::test_a_catalog_tube_on_the_accelerated_engine",
+    "tests/test_shards.py::test_ids_name_their_shard_puts_take_turns_and_takes_move_on",
+    "tests/test_shards.py::test_consumer_sweeper_sink_and_drop_on_a_sharded_tube",
+    "tests/streaming/test_streaming.py::"
+    "test_sink_with_a_processing_time_trigger_resumes_from_its_checkpoint",
+    "tests/streaming/test_streaming.py::test_change_feed_reports_each_transition",
+    "tests/streaming/test_streaming.py::test_a_consumer_acks_each_batch_in_the_next_take_s_commit",
     "tests/test_sweeper.py::test_sweeper_job_through_spark_submit_survives_sigkill",
     "tests/test_spark_connect.py",
-    # the main line's alone: a sink's restart after a SIGKILL (three Spark applications)
-    "--deselect",
-    "tests/streaming/test_streaming.py::test_sink_puts_every_row_once_across_a_sigkill_and_a_restart",
 ]
 
 

@@ -60,14 +60,13 @@ CONTRACT_SUBSETS = {
                    "test_done_completes_and_keeps_the_task", "test_truncate_and_drop",
                    "test_release_all", "test_statistics_canonical_script"},
 }
-#: Set by the compatibility tier (tests/compat.py): on another Spark line, fifo, utube,
-#: limfifottl and the sharded tube run one round trip each (their own rules are Spark
-#: SQL that every line runs alike, and tests/test_shards.py runs there too); fifottl
-#: and utubettl run the whole contract.
+#: Set by the compatibility tier (tests/compat.py): on another Spark line fifottl runs
+#: the whole contract on the line's classic engine, the other drivers and the sharded
+#: tube a round trip each (their own rules are Spark SQL that every line runs alike;
+#: utubettl runs the whole contract over Spark Connect there, tests/connect).
 COMPAT = "SPARKQUEUE_COMPAT"
-if os.environ.get(COMPAT):
-    CONTRACT_SUBSETS = {driver: {"test_put_take_ack_round_trip"}
-                        for driver in [*CONTRACT_SUBSETS, SHARDED]}
+COMPAT_SUBSETS = {driver: {"test_put_take_ack_round_trip"}
+                  for driver in [*DRIVERS, SHARDED] if driver != "fifottl"}
 
 
 # pyspark runs one kind of session per process (its functions build classic or
@@ -87,11 +86,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     tests that start other processes first: each runs for minutes, so with two
     workers (pytest -n 2) they start at once and the short ones fill in after,
     rather than one long test running alone at the end."""
+    compat = bool(os.environ.get(COMPAT))
+
     def outside_subset(item: pytest.Item) -> bool:
         spec = getattr(item, "callspec", None)
         driver = spec.params.get("tube") if spec is not None else None
-        return (driver in CONTRACT_SUBSETS and "contract" in item.nodeid.split("::")[0]
-                and getattr(item, "originalname", item.name) not in CONTRACT_SUBSETS[driver])
+        path = item.nodeid.split("::")[0]
+        subsets = COMPAT_SUBSETS if compat and path.startswith("tests/contract") else (
+            CONTRACT_SUBSETS)
+        return (driver in subsets and "contract" in path
+                and getattr(item, "originalname", item.name) not in subsets[driver])
     dropped = [item for item in items if outside_subset(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -32,16 +32,16 @@ COMPAT_NOTEBOOK = "quickstart.py"
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """fifottl runs only the take tests (FIFO_TAKES) over Spark Connect; on another
-    Spark line (the compatibility tier) one notebook runs."""
+    Spark line (the compatibility tier) none, and one notebook runs."""
     compat = bool(os.environ.get(COMPAT))
 
     def dropped_here(item: pytest.Item) -> bool:
         spec = getattr(item, "callspec", None)
-        notebook = spec.params.get("notebook") if spec is not None else None
-        if compat and notebook is not None and notebook.name != COMPAT_NOTEBOOK:
-            return True
-        return (spec is not None and spec.params.get("tube") == "fifottl"
-                and getattr(item, "originalname", item.name) not in FIFO_TAKES)
+        params = spec.params if spec is not None else {}
+        if compat and "notebook" in params:
+            return bool(params["notebook"].name != COMPAT_NOTEBOOK)
+        return params.get("tube") == "fifottl" and (
+            compat or getattr(item, "originalname", item.name) not in FIFO_TAKES)
     dropped = [item for item in items if dropped_here(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
