@@ -4,7 +4,8 @@ Commits that Delta's public API cannot make: an ingest and a take in one
 append that declares it read the whole table, removals of chosen files (an
 ack of whole files, the inbox purge), a compaction of chosen files that
 changes no data, and file statistics from a snapshot's state. All of it is
-Delta's internal interface, pinned with delta-spark.
+Delta's internal interface, tested on each supported line (:mod:`.lines`); the
+calls whose form differs from one Delta release to another are :mod:`.dialect`'s.
 """
 
 from __future__ import annotations
