@@ -16,6 +16,9 @@ from pyspark.sql import SparkSession
 
 __all__ = ["Dialect"]
 
+#: (JVM class, method): how many arguments its widest overload takes; one JVM a process
+_ARITY: dict[tuple[str, str], int] = {}
+
 
 class Dialect:
     """The line-dependent JVM calls of one classic session's JVM (``jvm``)."""
@@ -24,7 +27,6 @@ class Dialect:
         self.jvm = jvm
         # Spark's Python helpers build Scala collections of the JVM's own Scala
         self._utils = jvm.org.apache.spark.api.python.PythonUtils
-        self._arity: dict[tuple[str, str], int] = {}
 
     def seq(self, items: Any) -> Any:
         """A Scala ``Seq`` of a Java list (or of a Python list of JVM objects)."""
@@ -53,11 +55,11 @@ class Dialect:
         """``target.method(*given)``, the arguments not given at their Scala
         defaults: as many as this line's ``method`` takes (its widest overload)."""
         key = (str(target.getClass().getName()), method)
-        if key not in self._arity:
-            self._arity[key] = max(len(m.getParameterTypes()) for m in
-                                   target.getClass().getMethods() if m.getName() == method)
+        if key not in _ARITY:  # a reflection walk over the class's methods: once
+            _ARITY[key] = max(len(m.getParameterTypes()) for m in
+                              target.getClass().getMethods() if m.getName() == method)
         rest = [getattr(target, f"{method}$default${i}")()
-                for i in range(len(given) + 1, self._arity[key] + 1)]
+                for i in range(len(given) + 1, _ARITY[key] + 1)]
         return getattr(target, method)(*given, *rest)
 
     def append_operation(self) -> Any:
