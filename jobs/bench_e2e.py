@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench_engines import consume_all, ingested, payload, timed
+from bench_report import emit
 from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
@@ -225,10 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         figures = bench_e2e(spark, sq, root, sizes,
                             lambda what: print(what, file=sys.stderr, flush=True))
         spark.stop()
-    for key, value in figures.items():
-        print(f"  {key}  {value:.3f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+    emit(figures, args.json)
     return 0
 
 

@@ -16,12 +16,12 @@ over the drain of this venv's line.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from bench_e2e import in_new_process
+from bench_report import emit
 
 from sparkqueue.store.lines import LINES, installed
 
@@ -65,10 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     figures = bench_lines(args.root, args.rows, args.batch, args.driver_memory,
                           lambda what: print(what, file=sys.stderr, flush=True))
-    for key, value in figures.items():
-        print(f"  {key}  {value:.3f}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+    emit(figures, args.json)
     return 0
 
 

@@ -3,6 +3,7 @@ commit and on which machine they were measured."""
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 import subprocess
@@ -46,6 +47,16 @@ def core_speed() -> float:
     for i in range(20_000_000):
         total += i
     return time.perf_counter() - start
+
+
+def emit(figures: dict[str, Any], json_path: str | None) -> None:
+    """Print a section's figures, one a line, and write them to ``json_path`` as JSON
+    when it is given (a section run alone, or a worker answering its parent)."""
+    for key, value in figures.items():
+        print(f"  {key:<44} {value:.3f}" if isinstance(value, float) else f"  {key:<44} {value}")
+    if json_path:
+        with open(json_path, "w") as out:
+            json.dump(figures, out, indent=2)
 
 
 def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:

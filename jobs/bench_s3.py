@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench_engines import consume_all, ingested, payload
+from bench_report import emit
 from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
@@ -153,10 +154,7 @@ def main(argv: list[str] | None = None) -> int:
             figures.update(bench_root(spark, sq, prefix, rows, args.drain_batch, args.repeat,
                                       args.s3_root if prefix == "s3_" else None))
         spark.stop()
-    for key, value in figures.items():
-        print(f"  {key:<32} {value:.3f}" if isinstance(value, float) else f"  {key:<32} {value}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures))
+    emit(figures, args.json)
     return 0
 
 

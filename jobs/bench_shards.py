@@ -56,6 +56,7 @@ from typing import Any
 
 from bench_e2e import jit_seconds
 from bench_engines import payload
+from bench_report import emit
 from pyspark.sql import functions as F
 
 import sparkqueue
@@ -295,11 +296,8 @@ def main(argv: list[str] | None = None) -> int:
                                args.utube_each, args.warmup,
                                lambda line: print(line, flush=True), args.single_rows,
                                args.cores_rows)
-        for key, value in figures.items():
-            print(f"  {key:<44} {value:.3f}")
         spark.stop()
-    if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=2))
+    emit(figures, args.json)
     return 0
 
 
