@@ -127,13 +127,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=15002)
     args = parser.parse_args(argv)
-    server = ConnectServer(args.port).start()
-    print(f"Spark Connect with Delta at {server.url} (log {server.log}); Ctrl-C stops it",
-          flush=True)
+    server = ConnectServer(args.port)
+    # The server's JVM runs in a process group of its own, which a signal to this
+    # process does not reach: SIGTERM (``kill``, a supervisor's stop) ends this
+    # process as Ctrl-C does, and either way the JVM is stopped with it.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     try:
+        server.start()
+        print(f"Spark Connect with Delta at {server.url} (log {server.log}); Ctrl-C or "
+              "SIGTERM stops it", flush=True)
         assert server.process is not None
         server.process.wait()
     except KeyboardInterrupt:
+        pass
+    finally:
         server.stop()
     return 0
 
