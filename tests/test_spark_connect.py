@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from sparkqueue.server import free_port
+
 from .conftest import CONNECT_TESTS, one_start_at_a_time
 from .jvm import short_lived
 
@@ -30,12 +32,6 @@ def test_the_contract_holds_over_spark_connect(tmp_path: Path) -> None:
     summary = run.stdout[-6000:]
     assert run.returncode == 0, f"tests/connect failed:\n{summary}\n{run.stderr[-2000:]}"
     assert " passed" in summary and "failed" not in summary, summary
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.slow
