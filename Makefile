@@ -50,19 +50,19 @@ demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
 $(VENV)/spark-classes.jsa: $(VENV)/.installed tests/jvm.py
 	$(PY) -m tests.jvm
 
-# The whole suite on the main line (.venv: sparkqueue[spark]). The compatibility tier
-# (test-compat) runs apart: with it a run outlasts CI's limit on a two-core host.
-test: test-main  ## set up, then run the whole test suite on the main line
+# The whole suite on the main line (.venv: sparkqueue[spark]), then the compatibility
+# tier on every other supported line.
+test: test-main test-compat  ## set up, then run the whole suite, then the other Spark lines' tier
 
 # Two test workers (pytest-xdist), each with its own local Spark; the Spark Connect
 # tests run in a pytest process of their own (tests/test_spark_connect.py).
 test-main: jars s3-jars $(VENV)/bin/versitygw $(VENV)/spark-classes.jsa  ## the whole suite on the main line
-	$(PY) -m pytest -n 2 tests
+	$(PY) -m pytest -n 2 --durations=20 tests
 
 # Every other supported Spark line, each in .venvs/spark-<line> on its own Python
-# (from PATH or ~/.pyenv; tests/compat.py): the contract on both engines, catalog roots,
-# sharded tubes, sink, changes, Consumer, the sweeper by spark-submit, Spark Connect.
-# LINES="3.5 4.0" runs those only.
+# (from PATH or ~/.pyenv; tests/compat.py): the contract on the classic engine, catalog
+# roots, sharded tubes, sink, changes, Consumer, the sweeper by spark-submit, and a Spark
+# Connect smoke test of the portable engine. LINES="3.5 4.0" runs those only.
 test-compat: setup java  ## the compatibility tier: Spark 3.5, 4.0 and 4.1, each in a venv of its own
 	$(PY) -m tests.compat $(LINES)
 

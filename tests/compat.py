@@ -12,9 +12,10 @@ For each line of :data:`sparkqueue.store.lines.LINES` other than this venv's:
    utube, utubettl, limfifottl and a sharded tube), a catalog tube, sharded
    tubes (a Consumer, the sweeper, a sink and a drop on one), a sink,
    ``changes``, a ``Consumer``, the sweeper through ``spark-submit`` and a
-   SIGKILL, and tests/connect: the portable engine as a Spark Connect client
-   of a server of that line (every verb on utubettl, a catalog tube, the
-   demo, the command line, a notebook, a sink, a consumer and a sweep).
+   SIGKILL, and tests/connect's smoke test of the portable engine as a Spark
+   Connect client of a server of that line (tests/connect/conftest.py's
+   COMPAT_CONTRACT on utubettl, the demo, the command line, a notebook, a
+   sink, a consumer and a sweep).
 
 ``python -m tests.compat [LINE ...]`` runs the lines named (default: all but
 this one) and ends with one line of results per Spark line; its exit status
