@@ -70,7 +70,7 @@ test-fast: setup  ## the pure-logic tests only: no JVM, seconds
 	$(PY) -m pytest -q tests/unit
 
 check: setup  ## lint and type-check
-	$(VENV)/bin/ruff check sparkqueue jobs tests notebooks
+	$(VENV)/bin/ruff check sparkqueue jobs bench tests notebooks
 	$(VENV)/bin/mypy
 
 connect-server: jars  ## a local Spark Connect server with Delta (then SPARK_REMOTE=sc://127.0.0.1:15002 make demo)
@@ -82,10 +82,10 @@ sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root; 
 	  jobs/sweeper.py $(if $(ROOT),--root $(ROOT)) --once
 
 bench: jars s3-jars $(VENV)/bin/versitygw  ## run the benchmark job (figures and ratios against plain Delta)
-	$(PY) jobs/benchmark.py --write BENCHMARKS.md $(ARGS)
+	$(PY) -m bench --write BENCHMARKS.md $(ARGS)
 
 torture: jars  ## crash torture (ARGS="--seconds 300" etc.): processes SIGKILLed at random, then a drain
-	$(PY) jobs/torture.py $(ARGS)
+	$(PY) tests/concurrency/torture.py $(ARGS)
 
 clean:  ## remove the venv and local data
 	rm -rf $(VENV) data spark-warehouse

@@ -32,7 +32,7 @@ TAGS_INLINE = 64
 #: An ingest writes runs of consecutive put files of at least this many tasks side
 #: by side, a task each (see :func:`runs`): an ingest of fewer is written by one.
 #: Each run is a scan, a plan and a task of its own, so fewer, longer runs cost
-#: less than many short ones (docs/design.md: "An ingest writes few, long runs").
+#: less than many short ones (docs/design.md, "Ingest").
 INGEST_RUN_ROWS = 25 * st.TASK_FILE_ROWS
 
 def tag_values(put: dict[str, Any]) -> tuple[Any, ...]:

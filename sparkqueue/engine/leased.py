@@ -8,7 +8,7 @@ File statistics then show that every guard passes (each row taken by the
 caller, its lease and ttl live), and the verb's commit needs no join: an ack
 or a delete removes the files whole, reading and writing no data; the others
 rewrite them with the op's SET applied, one Spark job (the write) where a
-MERGE runs about a dozen (``jobs/profile_ops.py``). Anything else (a task
+MERGE runs about a dozen (``bench/profile_ops.py``). Anything else (a task
 not so held, files shared with other tasks, a table that keeps a change
 feed, no accelerator) goes the usual way, the MERGE of :mod:`.ops`, which
 also says what is wrong.

@@ -170,7 +170,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     their rows, by :func:`store.head_files` the ``n`` lowest ready of the
     table), so no Spark job chooses before the write. For sub-queues one
     query chooses (:func:`sub_queue_plan`), in far fewer Spark jobs than a
-    MERGE runs (``jobs/profile_ops.py``).
+    MERGE runs (``bench/profile_ops.py``).
     None when it does not apply: the take then goes the usual way.
     :data:`NONE_READY` when it found nothing to lease and had no acks to
     commit (with acks it is None: they go the usual way).

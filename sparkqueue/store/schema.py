@@ -117,7 +117,7 @@ INBOX_FILE_ROWS = 100_000
 #: that writes a checkpoint rebuilds the table's state and writes it in Spark
 #: jobs, many times a plain commit's cost. More commits between checkpoints
 #: cost a longer replay of small JSON commits where a statement rebuilds the
-#: state (release, bury) or a reader is new (docs/design.md, the profile).
+#: state (release, bury) or a reader is new (docs/design.md, "Where a verb's time goes").
 COMMITS_PER_CHECKPOINT = 100
 CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 

@@ -1,4 +1,4 @@
-"""A short crash torture (jobs/torture.py): nothing lost, nothing acked twice."""
+"""A short crash torture (torture.py, beside this file): nothing lost, nothing acked twice."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from ..jvm import short_lived
 
-JOB = Path(__file__).parent.parent.parent / "jobs" / "torture.py"
+JOB = Path(__file__).parent / "torture.py"
 
 
 @pytest.mark.slow

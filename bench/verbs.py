@@ -1,4 +1,4 @@
-"""The benchmark's put, take and drain sections (see jobs/benchmark.py): each against
+"""The benchmark's put, take and drain sections (see bench/__main__.py): each against
 a plain Delta table of the same rows, in the same process."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ import time
 from functools import partial
 from typing import Any
 
-from bench_engines import consume_all, ingest_all, ingested, payload, say, timed
 from delta.tables import DeltaTable
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
+from bench.engines import consume_all, ingest_all, ingested, payload, say, timed
 
 #: What a section writes its figures into.
 Figures = dict[str, Any]

@@ -1,7 +1,7 @@
 """Crash torture: producers and consumers in separate Spark applications, killed at
 random moments, then a drain; nothing may be lost or acked twice.
 
-    python jobs/torture.py [--seconds 120] [--kills 8] [--seed 1] [--root DIR]
+    python tests/concurrency/torture.py [--seconds 120] [--kills 8] [--seed 1] [--root DIR]
     make torture
 
 One producer and two consumers run as their own Spark applications (this

@@ -20,7 +20,7 @@ cost of going through S3's protocol (requests, listing, conditional puts);
 a local gateway has none of a real bucket's network latency, so a remote
 bucket adds that per request: the requests per take say how much.
 
-    python jobs/bench_s3.py --rows 100000 --json out.json     # starts its own gateway
+    python -m bench.s3 --rows 100000 --json out.json     # starts its own gateway
 """
 
 from __future__ import annotations
@@ -37,11 +37,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from bench_engines import consume_all, ingested, payload
-from bench_report import emit
 from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
+from bench import REPO
+from bench.engines import consume_all, ingested, payload
+from bench.report import emit
 from sparkqueue.s3gateway import S3Gateway
 
 #: S3A's counter of the requests it has sent to the store (Hadoop's ``Statistic`` name)
@@ -112,10 +113,10 @@ def bench_s3(root: str, n: int, batch: int, repeat: int, warmup: int) -> dict[st
     out = work / "figures.json"
     with S3Gateway(work / "objects") as gateway:
         subprocess.run(
-            [sys.executable, __file__, "--rows", str(n), "--drain-batch", str(batch),
+            [sys.executable, "-m", "bench.s3", "--rows", str(n), "--drain-batch", str(batch),
              "--repeat", str(repeat), "--warmup", str(warmup), "--local-root", f"{root}/local",
              "--s3-root", gateway.root("bench"), "--json", str(out)],
-            env={**os.environ, **gateway.env}, check=True)
+            env={**os.environ, **gateway.env}, cwd=REPO, check=True)
     figures: dict[str, float] = json.loads(out.read_text())
     figures["s3_take_1000_ratio"] = figures["s3_take_1000_s"] / figures["local_take_1000_s"]
     figures["s3_drain_ratio"] = figures["s3_drain_s"] / figures["local_drain_s"]

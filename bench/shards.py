@@ -39,7 +39,7 @@ rounds of its sub-queues), so that what is timed is consumers that have run
 for a while (a new JVM spends its first minutes compiling the code it runs:
 four at once on two cores compile more than they drain).
 
-    python jobs/bench_shards.py --json out.json                     # the section alone
+    python -m bench.shards --json out.json                     # the section alone
 """
 
 from __future__ import annotations
@@ -54,12 +54,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_e2e import jit_seconds
-from bench_engines import payload
-from bench_report import emit
 from pyspark.sql import functions as F
 
 import sparkqueue
+from bench import REPO
+from bench.e2e import jit_seconds
+from bench.engines import payload
+from bench.report import emit
 from sparkqueue import store as st
 from sparkqueue.engine.shards import home_shard
 
@@ -167,10 +168,10 @@ def drain_together(root: str, tube: str, count: int, shards: int, batch: int,
     for k, owner in enumerate(owners(count, shards)):
         pin = ["--cpu", str(k)] if pinned else []
         procs.append(subprocess.Popen(
-            [sys.executable, __file__, "--worker", "--root", root, "--tube", tube,
+            [sys.executable, "-m", "bench.shards", "--worker", "--root", root, "--tube", tube,
              "--owner", owner, "--batch", str(batch), "--warmup", str(warmup),
              "--driver", driver, *pin, "--ready", str(work / f"ready{k}"),
-             "--go", str(go), "--json", str(work / f"out{k}.json")], env=env))
+             "--go", str(go), "--json", str(work / f"out{k}.json")], env=env, cwd=REPO))
     while not all((work / f"ready{k}").exists() for k in range(count)):
         if any(p.poll() not in (None, 0) for p in procs):
             raise RuntimeError(f"a consumer of {tube!r} failed to start")

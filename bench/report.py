@@ -71,16 +71,16 @@ def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:
 
     lines = [
         "# Benchmarks", "",
-        "Written by `make bench` (`jobs/benchmark.py --write BENCHMARKS.md`) from one run;",
+        "Written by `make bench` (`python -m bench --write BENCHMARKS.md`) from one run;",
         "every figure is measured in that run, each against a plain-Delta baseline run",
-        "in the same process. What each figure is: the docstring of jobs/benchmark.py.",
+        "in the same process. What each figure is: the docstrings of the bench package.",
         "Ratios are time over the baseline's time (below 1: faster than the baseline).",
         "", f"- date: {figures['date']}", f"- commit: {git_commit()}",
         f"- machine: {machine()}",
         "- one core's speed (a Python loop of 20,000,000 additions, seconds): "
         f"{figures['core_speed_start_s']:.2f} before the run, "
         f"{figures['core_speed_end_s']:.2f} after it",
-        f"- command: `python jobs/benchmark.py {' '.join(argv)}`", "",
+        f"- command: `python -m bench {' '.join(argv)}`", "",
         "## Ratios", "", "| figure | ratio |", "| --- | ---: |",
         *[f"| {k.removesuffix('_ratio')} | {shown(v)} |" for k, v in ratios.items()], "",
         "## Figures", "", "| figure | value |", "| --- | ---: |",

@@ -3,14 +3,14 @@
 For each line of :data:`sparkqueue.store.lines.LINES`, in that line's venv (this
 one for its own line; for the others the compatibility tier's
 ``.venvs/spark-<line>``, made as ``make test-compat`` makes them), two new
-processes of jobs/bench_e2e.py: one puts --rows tasks and drains them, take +
+processes of bench/e2e.py: one puts --rows tasks and drains them, take +
 ack in batches of --batch, timed from the put call to the last ack (cold: the
 session's start apart, the JIT's warm-up and the ingest paid); the other makes
 a plain Delta append of the same rows (the line's baseline, cold too). Per
 line: tasks per second, the drain's time over the line's plain append, and
 over the drain of this venv's line.
 
-    python jobs/bench_lines.py --rows 1000000 --json out.json        # the section alone
+    python -m bench.lines --rows 1000000 --json out.json        # the section alone
 """
 
 from __future__ import annotations
@@ -18,16 +18,11 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
-from bench_e2e import in_new_process
-from bench_report import emit
-
+from bench.e2e import in_new_process
+from bench.report import emit
 from sparkqueue.store.lines import LINES, installed
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))  # the compatibility tier's venvs (tests/compat.py)
-from tests.compat import venv_for  # noqa: E402
+from tests.compat import venv_for
 
 
 def bench_lines(root: str, rows: int, batch: int, memory: str,

@@ -21,7 +21,7 @@ In one run:
   plain Delta table of as many rows, and ack(1) alone against the UPDATE
   (medians of --repeat rounds after a warm-up round).
 
-    python jobs/bench_e2e.py --rows 1000000 --json out.json        # the section alone
+    python -m bench.e2e --rows 1000000 --json out.json        # the section alone
 """
 
 from __future__ import annotations
@@ -38,11 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from bench_engines import consume_all, ingested, payload, timed
-from bench_report import emit
 from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
+from bench import REPO
+from bench.engines import consume_all, ingested, payload, timed
+from bench.report import emit
 
 #: What a worker process runs (``--drain``): two drains, or plain appends alone.
 DRAINS = ("take_ack", "consumer", "plain")
@@ -120,10 +121,10 @@ def in_new_process(root: str, drain_kind: str, rows: int, batch: int, repeat: in
     Spark line, whose Python workers run on it too); its figures."""
     out = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-e2e-")) / "figures.json"
     subprocess.run(
-        [python, __file__, "--drain", drain_kind, "--rows", str(rows),
+        [python, "-m", "bench.e2e", "--drain", drain_kind, "--rows", str(rows),
          "--drain-batch", str(batch), "--repeat", str(repeat), "--root", root,
          "--driver-memory", memory, "--json", str(out), *(["--warm"] if warm else [])],
-        env={**os.environ, "PYSPARK_PYTHON": python}, check=True)
+        env={**os.environ, "PYSPARK_PYTHON": python}, cwd=REPO, check=True)
     figures: dict[str, float] = json.loads(out.read_text())
     return figures
 

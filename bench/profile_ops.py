@@ -13,10 +13,10 @@ for data skipping). Then a drain of new puts: --drain-rows tasks in one put,
 taken and acked in batches of --drain-batch (0: none): the new tube's first
 batch apart, the others after a warm-up batch. Then takes of sub-queue heads:
 a utubettl tube of --sub-queues sub-queues (0: none), take(that many) with
-window 1 and its ack, with the heads consecutive ids and not. What
-docs/design.md's profile quotes.
+window 1 and its ack, with the heads consecutive ids and not (docs/design.md,
+"Where a verb's time goes", names the groups).
 
-    python jobs/profile_ops.py [--tasks 100000] [--repeat 5] [--engine portable]
+    python -m bench.profile_ops [--tasks 100000] [--repeat 5] [--engine portable]
 """
 
 from __future__ import annotations
@@ -140,8 +140,8 @@ def one_round(profile: Profile, tube: sparkqueue.Tube) -> None:
 def drain(profile: Profile, sq: sparkqueue.Queue, rows: int, batch: int) -> None:
     """A drain of new puts: ``rows`` tasks in one put (not profiled), then
     take(``batch``) + ack until none is left; the new tube's first batch apart
-    (its first ack rebuilds the table's state: docs/design.md, "Checksum file
-    lists")."""
+    (where its first ingest added the payload column with its files, Delta's checksum
+    holds no file list and the first ack rebuilds the table's state)."""
     tube = sq.create_tube("drain", "fifottl")
     profile.tube = tube  # its commits are the ones counted from here on
     tube.put(profile.spark.range(rows).toDF("n"))

@@ -17,7 +17,7 @@ client process of its own (pyspark runs one kind of session per process),
 which runs this file with ``SPARK_REMOTE`` set. Ratios are each engine's time
 over the accelerated engine's.
 
-    python jobs/bench_engines.py --rows 1000000 --json out.json   # as a client: SPARK_REMOTE=...
+    python -m bench.engines --rows 1000000 --json out.json   # as a client: SPARK_REMOTE=...
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
+from bench import REPO
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.server import ConnectServer
 
@@ -45,7 +46,7 @@ ENGINES = ("accelerated", "portable")
 
 
 def payload(spark: SparkSession, n: int) -> DataFrame:
-    """The benchmark's rows (as jobs/benchmark.py's)."""
+    """The benchmark's rows (as bench/__main__.py's)."""
     return spark.range(n).select(
         F.col("id").alias("n"),
         F.concat(F.lit("https://example.com/item/"), F.col("id").cast("string")).alias("url"),
@@ -142,10 +143,10 @@ def over_connect(root: str, n: int, batch: int, repeat: int,
     server = ConnectServer(conf={"spark.driver.memory": "6g"}, log=out.parent / "server.log")
     with server:
         subprocess.run(
-            [sys.executable, __file__, "--rows", str(n), "--drain-batch", str(batch),
+            [sys.executable, "-m", "bench.engines", "--rows", str(n), "--drain-batch", str(batch),
              "--repeat", str(repeat), "--drain-warmup", str(warmup),
              "--root", f"{root}/connect", "--json", str(out)],
-            env={**os.environ, "SPARK_REMOTE": server.url}, check=True)
+            env={**os.environ, "SPARK_REMOTE": server.url}, cwd=REPO, check=True)
     figures: dict[str, float] = json.loads(out.read_text())
     return figures
 

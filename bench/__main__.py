@@ -21,26 +21,26 @@ Prints, in one run:
   on (what ``Tube.changes`` reads); the Consumer drain also on a tube created
   with ``change_feed=True``, against the drain with the feed on.
 
-These three sections are in jobs/bench_verbs.py. With --scale it adds
+These three sections are in bench/verbs.py. With --scale it adds
 take(1,000) on a 10,000-task tube against the same on a --big-task tube
 (10,000,000 by default; both written straight into the tasks table, as
 put + ingest would leave them, see ``tasks_table``).
 
-The engines section (jobs/bench_engines.py) times take(1,000) and a Consumer
+The engines section (bench/engines.py) times take(1,000) and a Consumer
 drain on the accelerated engine, the portable one, and the portable one as a
 Spark Connect client of a local server, with their ratios; each engine's
 drain follows a warm-up drain of --engines-warmup tasks.
 
-The e2e section (jobs/bench_e2e.py) measures what a user waits for: drains in
+The e2e section (bench/e2e.py) measures what a user waits for: drains in
 new processes from the first put call to the last ack (cold, then warm), put to
 takeable against a plain Delta append, and take(1) + ack(1) round trips against
 a one-row MERGE plus a one-row UPDATE.
 
-The lines section (jobs/bench_lines.py) runs a new worker's take + ack drain
+The lines section (bench/lines.py) runs a new worker's take + ack drain
 of --rows tasks in batches of --drain-batch on every supported Spark line, each
 in a venv of its own, against a plain Delta append of the same rows on that line.
 
-The shards section (jobs/bench_shards.py) runs four consumers, each a Spark
+The shards section (bench/shards.py) runs four consumers, each a Spark
 application of its own, on a four-shard tube against one consumer, and
 against four on a tube of one shard (--shard-single-rows tasks, as it drains
 far more slowly): tasks per second and conflicts per take; four against one
@@ -48,7 +48,7 @@ again with each consumer's JVM compiling with C1 alone; the same for
 sub-queues taken with window 1; and one consumer held to one core against two
 held to a core each (--shard-cores-rows tasks): how the drain grows with cores.
 
-The s3 section (jobs/bench_s3.py) runs take(1,000) and a Consumer drain on a
+The s3 section (bench/s3.py) runs take(1,000) and a Consumer drain on a
 local S3-compatible server (versitygw, started for it) beside a local folder,
 in one application whose session sparkqueue built for S3, with the S3
 requests per take (S3A's statistics) and the S3-over-local ratios.
@@ -67,10 +67,10 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
   and with window 1: the cost of one take while nine of
   the ten sub-queues are busy, at each backlog, and a few take + ack rounds.
 
-    python jobs/benchmark.py [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
-    python jobs/benchmark.py --sections utube  # of put,take,drain,utube,engines,e2e,lines,
+    python -m bench [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
+    python -m bench --sections utube  # of put,take,drain,utube,engines,e2e,lines,
                                                #    shards,s3,sweep
-    spark-submit $(sparkqueue submit-args) jobs/benchmark.py
+    PYTHONPATH=. spark-submit $(sparkqueue submit-args) bench/__main__.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
 machine runs it; quote medians and ratios, and the machine.
@@ -90,17 +90,17 @@ import time
 from functools import partial
 from typing import Any
 
-from bench_e2e import Sizes, bench_e2e
-from bench_engines import bench_engines, consume_all, ingested, payload, say, timed
-from bench_lines import bench_lines
-from bench_report import core_speed, write_report
-from bench_s3 import bench_s3
-from bench_shards import bench_shards
-from bench_verbs import bench_drain, bench_put, bench_take, drain_all, take_tubes
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
+from bench.e2e import Sizes, bench_e2e
+from bench.engines import bench_engines, consume_all, ingested, payload, say, timed
+from bench.lines import bench_lines
+from bench.report import core_speed, write_report
+from bench.s3 import bench_s3
+from bench.shards import bench_shards
+from bench.verbs import bench_drain, bench_put, bench_take, drain_all, take_tubes
 from sparkqueue import s3gateway
 from sparkqueue.store import TASK_FILE_ROWS
 
