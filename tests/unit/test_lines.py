@@ -88,3 +88,20 @@ def test_the_scala_of_spark_jars_is_read_from_its_scala_library(tmp_path: Path) 
 ])
 def test_s3_commits_by_conditional_put_from_hadoop_3_4_2_on(hadoop: str, conditional: bool) -> None:
     assert lines.conditional_puts(hadoop) is conditional
+
+
+def test_a_plain_install_brings_no_spark_and_the_extra_brings_the_main_lines_pair() -> None:
+    """``pip install sparkqueue`` must never move the user's pyspark, delta-spark or
+    Databricks Connect: none is a required dependency. ``sparkqueue[spark]`` pins a pair
+    that a supported line tests (the main line's, which ``make test`` runs)."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    required = [dep.split(";")[0].split("[")[0].split("=")[0].split(">")[0].split("<")[0]
+                .strip().lower() for dep in project["dependencies"]]
+    assert not {"pyspark", "delta-spark", "databricks-connect"} & set(required), required
+    pins = dict(dep.split("==") for dep in project["optional-dependencies"]["spark"] if "==" in dep)
+    tested = {(line.pyspark, line.delta) for line in LINES.values()}
+    assert (pins["pyspark[connect]"], pins["delta-spark"]) in tested, pins
