@@ -1,8 +1,8 @@
 """The sweeper: expiry written down, purges, maintenance and statistics snapshots.
 
-One pass over a tube (:func:`sweep_tube`), in this order, each step one
-Delta commit at most, so a pass killed at any point leaves consistent tables
-and the next pass does what is left:
+One pass over a tube (:func:`sweep_tube`), in this order, each step a few
+Delta commits, each of which leaves consistent tables, so a pass killed at
+any point leaves them so and the next pass does what is left:
 
 1. **expire**: ttl-expired tasks deleted, ended leases and passed delays
    made ``ready`` (:func:`expire`; correctness never depends on it, reads
