@@ -61,7 +61,6 @@ from bench import REPO
 from bench.e2e import jit_seconds
 from bench.engines import payload
 from bench.report import emit
-from sparkqueue import store as st
 from sparkqueue.engine.shards import home_shard
 
 #: Consumers of the parallel runs, and the shards of the sharded tubes.
@@ -126,7 +125,8 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
     Path(args.ready).write_text("ready")
     while not os.path.exists(args.go):
         time.sleep(0.05)
-    before, compiling = st.conflicts_retried(), jit_seconds(spark)
+    conflicts = sum(part.context.conflicts for part in tube.parts)
+    compiling = jit_seconds(spark)
     progress = sparkqueue.Consumer(tube, lambda batch: None, batch_size=args.batch,
                                    take_timeout=0, idle_timeout=0).run()
     ended = time.time()
@@ -134,7 +134,8 @@ def worker(args: argparse.Namespace) -> dict[str, float]:
     Path(f"{args.ready}.done").write_text("done")  # before the stop: cpu_busy's window
     spark.stop()
     return {"done": progress.done, "takes": progress.batches + 1, "ended": ended,
-            "conflicts": st.conflicts_retried() - before, "jit_s": compiled}
+            "conflicts": sum(part.context.conflicts for part in tube.parts) - conflicts,
+            "jit_s": compiled}
 
 
 def cpu_times() -> tuple[int, int] | None:

@@ -19,6 +19,7 @@ from .clock import Clock, system_clock
 from .config import Config, load_config
 from .drivers import BUILTIN_DRIVERS, Driver
 from .engine import TubeContext
+from .engine.memory import Memory
 from .engine.records import live_tasks
 from .engine.shards import MAX_SHARDS, shard_contexts
 from .errors import (
@@ -104,6 +105,7 @@ class Queue:
         self._drivers: dict[str, type[Driver]] = dict(BUILTIN_DRIVERS)
         self._callbacks = _CALLBACKS.setdefault(root, {})
         self._temporary: list[str] = []
+        self._memory = Memory()  # what its calls leave for later ones
         try:  # the root's first reads and writes: where an unreachable store shows
             self._layout = st.Layout(spark, root, engine)
             self._layout.create_registry()
@@ -305,7 +307,7 @@ class Queue:
             name=name, type=type_name, driver=driver_cls(options), options=dict(options),
             layout=self._layout, spark=self.spark, clock=self.clock, config=self.config,
             owner=self._owner, emit=emit, registered=self.tubes,
-            listening=lambda: name in self._callbacks)
+            listening=lambda: name in self._callbacks, memory=self._memory)
         contexts = shard_contexts(context)
         if len(contexts) == 1:
             return Tube(context, self._callbacks, self._drop)

@@ -55,6 +55,10 @@ class ShardedTube(Tube):
     def _contexts(self) -> list[Any]:
         return [p.context for p in self._parts]
 
+    def _conflicts(self) -> int:
+        """Delta conflicts the shards' commits retried, through this tube object."""
+        return sum(c.conflicts for c in self._contexts())
+
     # -- put and take ---------------------------------------------------------------
 
     def _put(self, data: Any, *, event: str, opts: putting.PutOptions,
@@ -74,10 +78,10 @@ class ShardedTube(Tube):
         n, wait, who, win = self.take_args(n, timeout, owner, window)
         count = len(self._parts)
         start = self._homes.get(who, sh.home_shard(who, count))
-        before = st.conflicts_retried()
+        before = self._conflicts()
         batch, k = self._ctx.guarded(
             lambda: sh.take_any(self._contexts(), start, n, wait, who, win))
-        self._homes[who] = (k + 1) % count if st.conflicts_retried() > before else k
+        self._homes[who] = (k + 1) % count if self._conflicts() > before else k
         return batch
 
     # -- verbs on ids ---------------------------------------------------------------
@@ -87,7 +91,7 @@ class ShardedTube(Tube):
         collect, its rows of each shard."""
         ids = validate.task_ids(tasks)
         if st.is_dataframe(ids):
-            ids = ops.collected_ids(ids)
+            ids = ops.collected_ids(self._ctx, ids)
         count = len(self._parts)
         if not isinstance(ids, list):  # too many to collect
             shard = F.pmod(F.col("task_id").cast("long"), F.lit(count))

@@ -173,9 +173,8 @@ def _feed(tube: Tube, starting_version: int | None, turning_on: bool) -> DataFra
         # lease records' tasks are written out before the feed is on: their takes
         # came before it
         records.settle_ids(ctx, None)
-    ctx.guarded(lambda: st.retrying(lambda: st.keep_feed(ctx.spark, ref),
-                                    deadline=ctx.deadline(),
-                                    what=f"turning on tube {tube.name!r}'s change feed"))
+    ctx.retrying(lambda: st.keep_feed(ctx.spark, ref),
+                 what=f"turning on tube {tube.name!r}'s change feed")
     if turning_on:
         # and again after: a record another consumer's take committed in between
         # would leave by its ack with no row in the feed (a take that started

@@ -211,8 +211,8 @@ def purge(tube: Tube) -> int:
     removed = 0
     for step in (_purge_markers, _purge_inbox):
         try:
-            removed += tube.context.guarded(lambda s=step: st.retrying(  # type: ignore[misc]
-                lambda: s(tube), deadline=deadline, what=f"purge of {tube.name!r}"))
+            removed += tube.context.retrying(lambda s=step: s(tube),  # type: ignore[misc]
+                                             deadline=deadline, what=f"purge of {tube.name!r}")
         except Timeout:
             break
     return removed
@@ -276,8 +276,7 @@ def compact(tube: Tube) -> int:
         return sum(accelerator.rewrite_files(path, group)
                    for group in cold_groups(files, tube.context.now()))
 
-    return tube.context.guarded(lambda: st.retrying(
-        attempt, deadline=tube.context.deadline(), what=f"compaction of {tube.name!r}"))
+    return tube.context.retrying(attempt, what=f"compaction of {tube.name!r}")
 
 
 def cold_groups(files: list[Any], now: float) -> list[list[str]]:

@@ -88,7 +88,7 @@ class Tube:
         if op.on_leases and not kwargs.get("extra"):
             tasks = validate.task_ids(tasks)  # bad ids fail here, before any commit
             if st.is_dataframe(tasks):
-                tasks = ops.collected_ids(tasks)
+                tasks = ops.collected_ids(self._ctx, tasks)
             if isinstance(tasks, list):
                 done = leased.on_whole_files(self._ctx, op, tasks,
                                              self._ctx.who(kwargs.get("owner")))
@@ -380,8 +380,7 @@ class Tube:
             with self._ctx.layout.tagged(CommitTag.new("truncate")) as sess:
                 st.delete(sess, self._ctx.layout.tasks(self._ctx.key),
                           f"task_id >= 0 OR status = '{st.LEASE}'")  # and lease records
-        self._ctx.guarded(lambda: st.retrying(run, deadline=self._ctx.deadline(),
-                                              what=f"truncate of {self.name!r}"))
+        self._ctx.retrying(run, what=f"truncate of {self.name!r}")
 
     def sink(self, stream_df: DataFrame, checkpoint_location: str, *,
              trigger: dict[str, Any] | None = None, **put_opts: Any) -> StreamingQuery:

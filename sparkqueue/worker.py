@@ -140,7 +140,8 @@ class Consumer:
                 except Timeout as e:  # other consumers' commits won every try: not idle
                     self.progress.last_error = f"{type(e).__name__}: {e}"
                     continue
-                known = ops.taken_ids(batch)  # else read, with the counts a failure needs
+                # the take's ids where it wrote them down, else read, with a failure's counts
+                known = self.tube.context.memory.taken_ids(batch)
                 counts = _taken_counts(batch) if known is None else None
                 taken = sorted(counts or ()) if known is None else known
                 if not taken:

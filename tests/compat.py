@@ -87,6 +87,8 @@ def venv_for(line: Line) -> Path:
     subprocess.run([python_for(line), "-m", "venv", str(venv)], check=True)
     pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet",
            "--disable-pip-version-check"]
+    # a current pip builds pyspark's sdist as a wheel (an old one runs its setup.py install)
+    subprocess.run([*pip, "--upgrade", "pip"], check=True)
     subprocess.run([*pip, "-e", str(REPO), *requirements(line)], check=True)
     stamp.write_text(wanted)
     return venv

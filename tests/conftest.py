@@ -7,6 +7,7 @@ errors loudly: nothing here skips.
 from __future__ import annotations
 
 import fcntl
+import json
 import os
 import tempfile
 from collections.abc import Iterator
@@ -240,3 +241,22 @@ def first_row(df: DataFrame) -> Row:
 def ids(df: object) -> list[int]:
     """Sorted task ids of a DataFrame result."""
     return sorted(r["task_id"] for r in df.collect())  # type: ignore[attr-defined]
+
+
+def known_ids(t: Tube, df: DataFrame) -> list[int] | None:
+    """The task ids the take that returned ``df`` wrote down from its commit (None:
+    it did not, or ``df`` is not a take's result): what its ack uses unread."""
+    return t.context.memory.taken_ids(df)
+
+
+def operations(t: Tube, after: int) -> list[tuple[str, str]]:
+    """(Delta operation, sparkqueue op) of the tasks table's commits after ``after``
+    (a shard's, for a part of a sharded tube)."""
+    log = Path(t.context.layout.tasks(t.context.key)) / "_delta_log"
+    out = []
+    for f in sorted(log.glob("*.json")):
+        if int(f.stem) > after:
+            info = next(json.loads(line)["commitInfo"] for line in f.read_text().splitlines()
+                        if line.startswith('{"commitInfo"'))
+            out.append((info["operation"], json.loads(info["userMetadata"])["sq"]))
+    return out

@@ -16,6 +16,7 @@ from ..clock import Clock
 from ..config import Config
 from ..drivers.base import Driver
 from ..errors import QueueError, StorageError
+from .memory import Memory
 
 __all__ = ["TubeContext"]
 
@@ -55,6 +56,10 @@ class TubeContext:
     schema: T.StructType | None = None
     #: which of the tube's shards this context's tables are (see :mod:`sparkqueue.shards`)
     shard: int = 0
+    #: what the Queue's calls leave for its later calls (shared by its tubes' contexts)
+    memory: Memory = field(default_factory=Memory)
+    #: Delta conflicts this context's commits retried (what a sharded take routes by)
+    conflicts: int = 0
 
     @property
     def shards(self) -> int:
@@ -95,6 +100,15 @@ class TubeContext:
     def default(self, key: str) -> Any:
         """The tube's default for an option (None: no default)."""
         return self.options.get(key)
+
+    def retrying(self, fn: Callable[[], R], *, what: str, deadline: float | None = None) -> R:
+        """``fn()``, :meth:`guarded`, its Delta conflicts retried with backoff until
+        ``deadline`` (monotonic seconds; default: the tube's conflict timeout), each
+        counted in :attr:`conflicts`."""
+        def counted() -> None:
+            self.conflicts += 1
+        return self.guarded(lambda: st.retrying(
+            fn, deadline=deadline or self.deadline(), what=what, on_conflict=counted))
 
     def guarded(self, fn: Callable[[], R]) -> R:
         """``fn()``, with a missing table turned into the error that says why:

@@ -29,7 +29,6 @@ from .ops import (
     action_set,
     id_run,
     lease_context,
-    note_taken_ids,
     pick,
 )
 from .records import with_action
@@ -266,8 +265,8 @@ def leased_result(ctx: TubeContext, version: int, token: str, span: tuple[int, i
     result = (ctx.layout.changed_at(ctx.key, version, token, *span) if record is None
               else records.expand(ctx, ctx.spark, record)).select(*st.PUBLIC_COLUMNS)
     if record is not None:
-        records.taken_as(record, result)
-    note_taken_ids(result, run)
+        records.taken_as(ctx, record, result)
+    ctx.memory.note_taken_ids(result, run)
     ctx.emit(result, "take")
     return result
 
@@ -298,7 +297,7 @@ def noting_record(ctx: TubeContext, record: records.Record, written: list[dict[s
     files it ``written``), for its tasks' ack (:meth:`Layout.note_leased`)."""
     path = ctx.layout.tasks(ctx.key)
     name = next(f["name"] for f in written if f["min_status"] == st.LEASE)
-    records.remember(path, name, record)
+    ctx.memory.remember_record(path, name, record)
     ctx.layout.note_leased(path, [name], run)
 
 
@@ -308,7 +307,7 @@ def acked_result(ctx: TubeContext, version: int, token: str, ids: list[int],
     removing the data files ``removed``, as acked (``done``): from the lease
     records among them, and from the others' rows (:func:`ops.acked_rows`)."""
     path = ctx.layout.tasks(ctx.key)
-    held = [r for r in map(lambda n: records.known(path, n), removed) if r is not None]
+    held = [r for r in map(lambda n: ctx.memory.record(path, n), removed) if r is not None]
     frames = [records.as_acked(ctx, r) for r in held]
     if len(held) < len(removed) or not removed:
         frames.append(acked_rows(ctx, version, token, ids))

@@ -81,8 +81,7 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
         return version
 
     try:
-        version = ctx.guarded(lambda: st.retrying(
-            attempt, deadline=ctx.deadline(), what=f"{op.name} on {ctx.name!r}"))
+        version = ctx.retrying(attempt, what=f"{op.name} on {ctx.name!r}")
     except QueueError:
         return None
     if version is None:

@@ -5,7 +5,6 @@ commit without it (:mod:`.leased`)."""
 from __future__ import annotations
 
 import uuid
-import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -71,42 +70,19 @@ class Op:
 #: MERGE's choice would take two), larger ones stay in Spark.
 ACK_COLLECT_UPTO = 1_000_000
 
-#: The task ids of DataFrames a take returned, where its commit showed them: by
-#: identity (weakly), as a sorted list. See :func:`taken_ids`.
-_TAKEN_IDS: weakref.WeakKeyDictionary[DataFrame, list[int]] = weakref.WeakKeyDictionary()
-
-
-def taken_ids(frame: DataFrame) -> list[int] | None:
-    """The task ids of ``frame``, a take's result, when the take wrote them down
-    (:func:`note_taken_ids`); None for any other DataFrame, a filtered or joined
-    one too. What its ack (:func:`collected_ids`) and a ``Consumer``'s batch
-    read instead of running a Spark job."""
-    return _TAKEN_IDS.get(frame)
-
-
-def note_taken_ids(frame: DataFrame, ids: list[int] | None) -> None:
-    """Write down ``ids`` (sorted) as the task ids of ``frame``, a take's result, when
-    its commit showed them without reading its rows (None: it did not): every
-    task of a run of consecutive ids was leased (the range UPDATE's count, or
-    whole head files whose statistics show a run, :func:`id_run`). A take's
-    result is immutable (one commit's rows, read at that commit), so they
-    stay its ids."""
-    if ids is not None:
-        _TAKEN_IDS[frame] = ids
-
-
 def id_run(lo: int, hi: int, step: int, count: int) -> list[int] | None:
     """The ids ``lo, lo + step, .. hi`` when ``count`` tasks were changed within them
     and that is all of them; else None (some ids between are not among them)."""
     return list(range(lo, hi + 1, step)) if count == (hi - lo) // step + 1 else None
 
 
-def collected_ids(frame: DataFrame) -> list[int] | DataFrame:
+def collected_ids(ctx: TubeContext, frame: DataFrame) -> list[int] | DataFrame:
     """The task ids of ``frame`` as a sorted list (through Arrow where there is:
     columnar, no Row per task); ``frame`` itself when they are too many or some are negative (the
     MERGE then says which are missing). A NULL or non-integer id is refused.
-    A take's result whose ids the take wrote down (:func:`taken_ids`) is not read."""
-    known = taken_ids(frame)
+    A take's result whose ids the take wrote down (``Memory.taken_ids``: every task
+    of a run of consecutive ids was leased, :func:`id_run`) is not read."""
+    known = ctx.memory.taken_ids(frame)
     if known is not None and len(known) <= ACK_COLLECT_UPTO:
         return known
     ids, raws = st.column_values(
@@ -164,7 +140,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     # bad ids fail here, before any Spark job or ingest commit
     ids = None if chooser is not None else validate.task_ids(tasks)
     if st.is_dataframe(ids):  # one Spark job, before anything is written
-        ids = collected_ids(ids)
+        ids = collected_ids(ctx, ids)
     layout = ctx.layout
     path = layout.tasks(ctx.key)
 
@@ -201,7 +177,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
                                                     before)
                     changed = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
                         *st.PUBLIC_COLUMNS)
-                    note_taken_ids(changed, id_run(lo, hi, ctx.shards, updated))
+                    ctx.memory.note_taken_ids(changed, id_run(lo, hi, ctx.shards, updated))
                     return changed, counts
             chosen = base  # the op's own ids (without the acks riding along)
             acks = None
@@ -228,8 +204,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
                 return None
         return changes, counts
 
-    result = ctx.guarded(lambda: st.retrying(
-        attempt, deadline=deadline or ctx.deadline(), what=f"{op.name} on {ctx.name!r}"))
+    result = ctx.retrying(attempt, deadline=deadline, what=f"{op.name} on {ctx.name!r}")
     if result is not None:
         ctx.emit(result[0], event or op.name)
     return result

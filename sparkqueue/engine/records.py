@@ -30,8 +30,6 @@ written them; the inbox files hold them unchanged until they are ingested
 from __future__ import annotations
 
 import json
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -45,8 +43,8 @@ from ..store import CommitTag, When, effective_status
 from .context import TubeContext
 from .ingest import as_stored, pending_rows, tasks_of_files
 
-__all__ = ["LEASE", "Record", "as_acked", "expand", "known", "live_tasks", "record_row",
-           "holding", "records_at", "remember", "settle", "settle_ended", "settle_ids",
+__all__ = ["LEASE", "Record", "as_acked", "expand", "live_tasks", "record_row",
+           "holding", "records_at", "settle", "settle_ended", "settle_ids",
            "taken_as", "view", "with_action"]
 
 LEASE = st.LEASE
@@ -55,23 +53,6 @@ LEASE = st.LEASE
 #: driver taking new puts by id reads (records are made for ``head_only``
 #: drivers alone, whose tasks have no sub-queue).
 DESCRIPTION = "utube"
-
-#: Records this process knows the description of, per tasks table: data file
-#: name -> record (records never change; a file holds one record).
-_KNOWN: dict[str, OrderedDict[str, Record]] = {}
-_KNOWN_MOST = 4 * st.schema.LEASED_KNOWN  # more than the ack's file groups (note_leased)
-
-#: The results of the latest takes that made records in this process, by record
-#: token (:func:`taken_as`), until their acks' results are built on them
-#: (:func:`as_acked`). Few: each holds a DataFrame's plan in the JVM, and a
-#: consumer acks its batch before it takes many more.
-_TAKEN: OrderedDict[str, DataFrame] = OrderedDict()
-_TAKEN_MOST = 16
-
-#: Guards :data:`_KNOWN` and :data:`_TAKEN`: a process's threads (a Consumer's,
-#: a streaming sink's) take and ack concurrently.
-_MEMO = threading.Lock()
-
 
 @dataclass(frozen=True)
 class Record:
@@ -135,25 +116,11 @@ def expand(ctx: TubeContext, spark: SparkSession, record: Record) -> DataFrame:
     return as_stored(with_action(rows, record.action))
 
 
-def remember(path: str, name: str, record: Record) -> None:
-    """Write down that the data file ``name`` of ``path`` holds ``record``."""
-    with _MEMO:
-        known = _KNOWN.setdefault(path, OrderedDict())
-        known[name] = record
-        while len(known) > _KNOWN_MOST:
-            known.popitem(last=False)
-
-
-def known(path: str, name: str) -> Record | None:
-    """The record the data file ``name`` of ``path`` holds, if this process knows it."""
-    return _KNOWN.get(path, OrderedDict()).get(name)
-
-
 def records_at(ctx: TubeContext, version: int) -> dict[str, Record]:
     """The live records of the tube's tasks table at ``version``, by data file.
 
     Found by file statistics (a record's file holds it alone), read once per
-    process: a Spark job only for records this process has not seen."""
+    Queue: a Spark job only for records its :class:`Memory` does not hold."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
     files = layout.files_at(path, version)
@@ -163,24 +130,26 @@ def records_at(ctx: TubeContext, version: int) -> dict[str, Record]:
     if files is None:
         return _read_records(ctx, path, version, None)
     names = [n for n, f in files.items() if st.may_hold(f, LEASE)]
-    known = _KNOWN.get(path, OrderedDict())
-    unknown = [n for n in names if n not in known]
-    if unknown:
-        _read_records(ctx, path, version, unknown)
-        known = _KNOWN.get(path, OrderedDict())
-    return {n: known[n] for n in names if n in known}
+    return held_records(ctx, path, version, names)
 
 
 def held_in(ctx: TubeContext, names: list[str], files: dict[str, dict[str, Any]],
             ) -> dict[str, Record]:
     """The records among the tasks table's data files ``names`` (``files``: their
-    statistics), by file: a Spark job only for records this process has not seen."""
+    statistics), by file: a Spark job only for records the Queue has not seen."""
     path = ctx.layout.tasks(ctx.key)
-    held = [n for n in names if st.may_hold(files[n], LEASE)]
-    unknown = [n for n in held if known(path, n) is None]
-    if unknown:
-        _read_records(ctx, path, None, unknown)
-    return {n: r for n in held if (r := known(path, n)) is not None}
+    return held_records(ctx, path, None,
+                        [n for n in names if st.may_hold(files[n], LEASE)])
+
+
+def held_records(ctx: TubeContext, path: str, version: int | None,
+                 names: list[str]) -> dict[str, Record]:
+    """The records that the data files ``names`` of ``path`` (at ``version``; None:
+    the newest) hold, by file: from the Queue's :class:`Memory`, the others read."""
+    memory = ctx.memory
+    if any(memory.record(path, n) is None for n in names):
+        _read_records(ctx, path, version, [n for n in names if memory.record(path, n) is None])
+    return {n: r for n in names if (r := memory.record(path, n)) is not None}
 
 
 def task_rows(ctx: TubeContext, spark: SparkSession, names: list[str],
@@ -209,7 +178,7 @@ def _read_records(ctx: TubeContext, path: str, version: int | None,
     found = {}
     for r in rows:
         found[r["name"]] = Record.from_json(r[DESCRIPTION])
-        remember(path, r["name"], found[r["name"]])
+        ctx.memory.remember_record(path, r["name"], found[r["name"]])
     return found
 
 
@@ -284,8 +253,7 @@ def settle(ctx: TubeContext, which: Callable[[Record], bool], probe: bool = True
                            {c: f"s.{c}" for c in st.TASK_TABLE_COLUMNS})])
         return len(picked)
 
-    return ctx.guarded(lambda: st.retrying(
-        attempt, deadline=ctx.deadline(), what=f"settle of leases on {ctx.name!r}"))
+    return ctx.retrying(attempt, what=f"settle of leases on {ctx.name!r}")
 
 
 def holds(ids: list[int] | None) -> Callable[[Record], bool]:
@@ -314,13 +282,10 @@ def settle_ended(ctx: TubeContext, now: float) -> int:
     return settle(ctx, lambda r: r.ended(now), probe=False)
 
 
-def taken_as(record: Record, result: DataFrame) -> None:
+def taken_as(ctx: TubeContext, record: Record, result: DataFrame) -> None:
     """Write down ``result`` (its public columns) as what the take that made ``record``
     returned: the ack's result is those rows as acked (:func:`as_acked`)."""
-    with _MEMO:
-        _TAKEN[record.token] = result
-        while len(_TAKEN) > _TAKEN_MOST:
-            _TAKEN.popitem(last=False)
+    ctx.memory.note_result(record.token, result)
 
 
 def as_acked(ctx: TubeContext, record: Record) -> DataFrame:
@@ -328,8 +293,7 @@ def as_acked(ctx: TubeContext, record: Record) -> DataFrame:
     with that status, where this process's take made the record, so that the
     ack does not plan the record's tasks again (most of a big batch's ack time
     in the driver; the ack itself reads no data); else the record expanded."""
-    with _MEMO:
-        taken = _TAKEN.pop(record.token, None)  # acked: the record is gone
+    taken = ctx.memory.pop_result(record.token)  # acked: the record is gone
     if taken is None or taken.sparkSession is not ctx.spark:
         taken = expand(ctx, ctx.spark, record).select(*st.PUBLIC_COLUMNS)
     return taken.withColumn("status", F.lit("done"))

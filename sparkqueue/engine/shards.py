@@ -48,7 +48,8 @@ def shard_contexts(base: TubeContext) -> list[TubeContext]:
     """The contexts of every shard of ``base``'s tube (``base`` is shard 0), each with
     caches of its own."""
     return [base] + [replace(base, shard=k, options=dict(base.options), ingested_upto=-1,
-                             stats_cache={}, schema=None) for k in range(1, base.shards)]
+                             stats_cache={}, schema=None, conflicts=0)
+                     for k in range(1, base.shards)]
 
 
 def utube_shard(utube: str, shards: int) -> int:

@@ -224,8 +224,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
         run = noting_leased(ctx, written, plan.leases, plan.ids)
         return leased_result(ctx, version, tag.token, (plan.lo, plan.hi), run, acking, acked)
 
-    return ctx.guarded(lambda: st.retrying(
-        attempt, deadline=deadline or ctx.deadline(), what=f"take on {ctx.name!r}"))
+    return ctx.retrying(attempt, deadline=deadline, what=f"take on {ctx.name!r}")
 
 
 def head_plan(files: dict[str, dict[str, Any]], n: int, now: float) -> FilePlan | None:

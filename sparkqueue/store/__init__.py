@@ -26,7 +26,6 @@ lines.require()  # before any import of pyspark: a missing or unsupported one is
 
 from .failures import (
     StaleChoice,
-    conflicts_retried,
     first_line,
     guard_failure,
     is_conflict,
@@ -115,7 +114,7 @@ __all__ = [
     "DATAFRAMES", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "LEASE", "MARKER",
     "PUBLIC_COLUMNS", "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS", "TASK_COLUMNS",
     "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS", "USER_METADATA", "CommitTag", "Cursor", "Layout",
-    "PutFile", "StaleChoice", "When", "delete", "bound_sql", "column_values", "conflicts_retried",
+    "PutFile", "StaleChoice", "When", "delete", "bound_sql", "column_values",
     "effective_status", "feed_start", "frozen", "is_column", "is_dataframe", "file_entry",
     "first_line", "guard_failure", "head_bound", "head_files", "head_key", "id_frame", "id_runs",
     "inbox_schema", "is_conflict", "is_missing_table", "keep_feed", "keeps_feed", "may_hold",

@@ -63,21 +63,13 @@ def guard_failure(e: BaseException) -> tuple[str, int] | None:
 R = TypeVar("R")
 
 
-#: Conflicts retried by :func:`retrying` in this process (see :func:`conflicts_retried`).
-_RETRIED = [0]
-
-
-def conflicts_retried() -> int:
-    """How many commits this process has retried after a Delta conflict so far:
-    what the benchmark reads to count conflicts per take."""
-    return _RETRIED[0]
-
-
-def retrying(fn: Callable[[], R], *, deadline: float, what: str) -> R:
+def retrying(fn: Callable[[], R], *, deadline: float, what: str,
+             on_conflict: Callable[[], None] | None = None) -> R:
     """Run ``fn`` until it does not hit a Delta conflict, with jittered backoff.
 
     Conflicts never reach the caller while ``deadline`` (monotonic seconds)
-    allows; after it, :class:`Timeout` says what kept conflicting.
+    allows; after it, :class:`Timeout` says what kept conflicting. Each
+    conflict retried is told to ``on_conflict``.
     """
     attempt = 0
     while True:
@@ -89,7 +81,8 @@ def retrying(fn: Callable[[], R], *, deadline: float, what: str) -> R:
             if not is_conflict(e):
                 raise
             attempt += 1
-            _RETRIED[0] += 1
+            if on_conflict is not None:
+                on_conflict()
             pause = min(2.0, 0.05 * (2 ** min(attempt, 6))) * (0.5 + random.random())
             if time.monotonic() + pause > deadline:
                 raise Timeout(

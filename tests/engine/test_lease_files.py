@@ -18,8 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from sparkqueue import FakeClock, InvalidState, NotOwner, Queue, Tube
 
-from .conftest import ids
-from .test_ack_files import operations
+from ..conftest import ids, operations
 
 
 def taken(sq: Queue, n: int = 5, **options: Any) -> tuple[Tube, DataFrame, int]:

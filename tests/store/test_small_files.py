@@ -16,8 +16,7 @@ from pyspark.sql import types as T
 from sparkqueue import Queue
 from sparkqueue import store as st
 
-from .conftest import ids
-from .test_ack_files import operations
+from ..conftest import ids, operations
 
 
 def last_adds(table: str) -> dict[str, dict[str, Any]]:

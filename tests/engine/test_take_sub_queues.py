@@ -21,8 +21,7 @@ from sparkqueue.engine import ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
-from .conftest import ids
-from .test_ack_files import operations
+from ..conftest import ids, operations
 from .test_take_files import before_its_commit, files_of
 
 
@@ -120,10 +119,10 @@ def test_a_take_whose_snapshot_another_take_changed_leases_no_sub_queue_twice(
     stolen: list[list[int]] = []
     before_its_commit(t, monkeypatch,
                       lambda: stolen.append(ids(t.take(1, owner="consumer-b"))))
-    retried = store.conflicts_retried()
+    retried = t.context.conflicts
     assert ids(t.take(5)) == [q["b"][0]], "after the conflict: a is busy"
     assert stolen == [[q["a"][0]]]
-    assert store.conflicts_retried() == retried + 1
+    assert t.context.conflicts == retried + 1
     assert t.meta(q["a"][0])["owner"] == "consumer-b"
     assert ids(t.tasks_by_state("ready")) == [q["a"][1], q["b"][1]]
 

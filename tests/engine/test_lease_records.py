@@ -25,8 +25,7 @@ from sparkqueue import store as st
 from sparkqueue.engine import ingest, records
 from sparkqueue.sweep import purge
 
-from .conftest import ids
-from .test_ack_files import operations
+from ..conftest import ids, operations
 
 
 def recorded(sq: Queue, n: int = 5, take: int | None = None,

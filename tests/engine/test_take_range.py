@@ -18,8 +18,7 @@ from sparkqueue.engine import ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
-from .conftest import ids
-from .test_ack_files import operations
+from ..conftest import ids, known_ids, operations
 
 
 @pytest.fixture(autouse=True)
@@ -40,7 +39,7 @@ def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,
 
     batch = t.take(3)
     assert operations(t, before) == [("UPDATE", "take")]
-    assert ops.taken_ids(batch) == [0, 1, 2], "every id of the range leased: known, not read"
+    assert known_ids(t, batch) == [0, 1, 2], "every id of the range leased: known, not read"
     rows = sorted((r["task_id"], r["status"], r["data"]["n"]) for r in batch.collect())
     assert rows == [(0, "taken", 0), (1, "taken", 1), (2, "taken", 2)]
     assert t.meta(1)["owner"] == "consumer-a" and t.meta(1)["ttr"] == 30
@@ -83,7 +82,7 @@ def test_a_take_whose_choice_a_concurrent_take_got_first_never_leases_twice(
     assert stolen == [[0]]
     assert ids(batch) == [1, 2], "the rows still ready in the chosen range, none twice"
     assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
-    assert ops.taken_ids(batch) is None, "not the whole range: its ids are read, not assumed"
+    assert known_ids(t, batch) is None, "not the whole range: its ids are read, not assumed"
     assert ids(t.ack(batch)) == [1, 2] and t.meta(0)["status"] == "taken"
 
     # all of the chosen range gone: Delta commits nothing and the take chooses again

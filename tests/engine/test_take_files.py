@@ -16,13 +16,12 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkqueue import Consumer, Queue, QueueError, Tube, store
-from sparkqueue.engine import leased, ops
+from sparkqueue.engine import leased
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store.paths import writer_session
 
-from .conftest import ids
-from .test_ack_files import operations
+from ..conftest import ids, known_ids, operations
 from .test_take_range import jobs_when_called
 
 
@@ -79,12 +78,12 @@ def test_a_take_cuts_the_ready_rows_it_rewrites_into_files_of_its_size(
     assert store.TAKE_FILE_ROWS == 1000
     first = t.take(1000)
     assert ids(first) == list(range(1000))
-    assert ops.taken_ids(first) == list(range(1000)), "chosen within the file; as written"
+    assert known_ids(t, first) == list(range(1000)), "chosen within the file; as written"
     assert files_of(t) == [("ready", "ready", 1000, 1999), ("ready", "ready", 2000, 2499),
                            ("taken", "taken", 0, 999)]
     whole = t.take(1000)  # a whole file: nothing else rewritten, its ids known from statistics
-    assert ops.taken_ids(whole) == list(range(1000, 2000)) == ids(whole)
-    assert ops.taken_ids(whole.where("task_id < 1500")) is None, "another DataFrame"
+    assert known_ids(t, whole) == list(range(1000, 2000)) == ids(whole)
+    assert known_ids(t, whole.where("task_id < 1500")) is None, "another DataFrame"
     assert files_of(t) == [("ready", "ready", 2000, 2499), ("taken", "taken", 0, 999),
                            ("taken", "taken", 1000, 1999)]
     # the size was the take's write's alone: the writer session is as it was
@@ -103,7 +102,7 @@ def test_the_take_chooses_by_priority_then_order_among_the_files_rows(sq: Queue)
     t.context.layout.file_stats(t.context.layout.tasks("pri"))
     two = t.take(2)
     assert [r["data"]["n"] for r in two.orderBy("pri").collect()] == [0, 1]
-    assert ops.taken_ids(two) is None, "ids 1 and 3: not a run, so read, not assumed"
+    assert known_ids(t, two) is None, "ids 1 and 3: not a run, so read, not assumed"
     assert ids(t.ack(two)) == [1, 3]
     assert [r["data"]["n"] for r in t.take(1).collect()] == [2]
 
@@ -142,11 +141,11 @@ def test_a_take_whose_files_a_concurrent_take_changed_takes_the_next_head_leasin
     stolen: list[list[int]] = []
     commits = before_its_commit(
         t, monkeypatch, lambda: stolen.append(ids(t.take(1, owner="consumer-b"))))
-    retried = store.conflicts_retried()
+    retried = t.context.conflicts
     assert ids(t.take(2)) == [1, 2], "after the conflict, the next head"
     assert stolen == [[0]]
     assert t.meta(0)["owner"] == "consumer-b" and t.meta(1)["owner"] == "consumer-a"
-    assert store.conflicts_retried() == retried + 1, "the conflict is retried and counted"
+    assert t.context.conflicts == retried + 1, "the conflict is retried and counted"
     assert len(commits) == 3, "a's lost try, b's take, a's head-file take again: no UPDATE"
 
 
@@ -160,9 +159,9 @@ def test_a_take_whose_commit_met_a_concurrent_ingest_tries_again_leasing_the_hea
         ingest(t.context)
 
     before_its_commit(t, monkeypatch, put_and_ingest)
-    retried = store.conflicts_retried()
+    retried = t.context.conflicts
     assert ids(t.take(2)) == [0, 1]
-    assert added == [1] and store.conflicts_retried() == retried + 1, \
+    assert added == [1] and t.context.conflicts == retried + 1, \
         "Delta checks a table without partitions as read whole: the ingest's files conflict"
     assert ids(t.take(5)) == [2, 3]
 

@@ -18,14 +18,13 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube, store
-from sparkqueue.engine import fresh, ops
+from sparkqueue.engine import fresh
 from sparkqueue.engine import ingest as ingesting
 from sparkqueue.engine import put as putting
 from sparkqueue.engine.ingest import ingest, pending_rows
 from sparkqueue.store.txn import Accelerator
 
-from .conftest import ids
-from .test_ack_files import operations
+from ..conftest import ids, known_ids, operations
 
 
 def primed(sq: Queue, name: str, type_name: str, **options: Any) -> Tube:
@@ -53,7 +52,7 @@ def test_a_take_of_new_puts_ingests_and_leases_in_one_commit(
     t.put([{"n": i} for i in range(3)], **put_opts)
     got = t.take(2, **take_opts)
     assert operations(t, before) == [("WRITE", "ingest+take")], "one commit, no MERGE"
-    assert ops.taken_ids(got) == [1, 2], "a run of ids: known from the commit, not read"
+    assert known_ids(t, got) == [1, 2], "a run of ids: known from the commit, not read"
     expected = spark.createDataFrame([(1, "taken", "consumer-a", 1), (2, "taken", "consumer-a", 1)],
                                      "task_id long, status string, owner string, taken_count long")
     assert_df_equality(got.select(*expected.columns), expected, ignore_row_order=True,
@@ -259,7 +258,7 @@ def test_puts_that_agree_on_their_options_are_taken_in_id_order_without_a_choice
     t.put([{"n": i} for i in range(3, 5)])
     got = t.take(4)
     assert (ids(got), choices) == ([1, 2, 3, 4], []), "the first ids, no choice job"
-    assert ops.taken_ids(got) == [1, 2, 3, 4]
+    assert known_ids(t, got) == [1, 2, 3, 4]
     assert operations(t, before) == [("WRITE", "ingest+take")]
     t.ack(got)
     assert ids(t.take(5)) == [5]

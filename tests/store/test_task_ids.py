@@ -18,7 +18,7 @@ from sparkqueue import FakeClock, Queue, QueueError, store
 from sparkqueue.engine.ingest import pending_rows
 from sparkqueue.sweep import purge
 
-from .conftest import ids
+from ..conftest import ids
 
 
 def payloads(spark: SparkSession, lo: int, hi: int, files: int = 1) -> DataFrame:

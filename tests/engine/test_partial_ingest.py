@@ -18,8 +18,7 @@ from sparkqueue.engine.ingest import ingest
 from sparkqueue.store import Layout
 from sparkqueue.sweep import purge
 
-from .conftest import ids
-from .test_ack_files import operations
+from ..conftest import ids, operations
 from .test_fresh_take import primed, tasks_version
 
 

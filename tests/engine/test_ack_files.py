@@ -20,20 +20,7 @@ from sparkqueue.engine import ingest as ingesting
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store import whole_files
 
-from .conftest import ids
-
-
-def operations(t: Tube, after: int) -> list[tuple[str, str]]:
-    """(Delta operation, sparkqueue op) of the tasks table's commits after ``after``
-    (a shard's, for a part of a sharded tube)."""
-    log = Path(t.context.layout.tasks(t.context.key)) / "_delta_log"
-    out = []
-    for f in sorted(log.glob("*.json")):
-        if int(f.stem) > after:
-            info = next(json.loads(line)["commitInfo"] for line in f.read_text().splitlines()
-                        if line.startswith('{"commitInfo"'))
-            out.append((info["operation"], json.loads(info["userMetadata"])["sq"]))
-    return out
+from ..conftest import ids, operations
 
 
 def taken_whole(sq: Queue, n: int = 5, **options: Any) -> tuple[Tube, int]:
