@@ -50,9 +50,9 @@ demo: jars  ## set up, then run the end-to-end example on a local embedded Spark
 $(VENV)/spark-classes.jsa: $(VENV)/.installed tests/jvm.py
 	$(PY) -m tests.jvm
 
-# The whole suite on the main line (.venv: sparkqueue[spark]), then the compatibility
-# tier on every other supported line.
-test: test-main test-compat  ## set up, then run the whole suite, then the other Spark lines' tier
+# The whole suite on the main line (.venv: sparkqueue[spark]). CI (.ci/run) runs the
+# compatibility tier (test-compat) after it: every other supported line.
+test: test-main  ## set up, then run the whole test suite on the main line
 
 # Two test workers (pytest-xdist), each with its own local Spark; the Spark Connect
 # tests run in a pytest process of their own (tests/test_spark_connect.py).
