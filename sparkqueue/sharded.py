@@ -25,7 +25,7 @@ from pyspark.sql import functions as F
 from . import store as st
 from . import streaming, validate
 from .engine import ingest as ing
-from .engine import ops, refusals, stats
+from .engine import ops, refusals, stats, verbs
 from .engine import put as putting
 from .engine import shards as sh
 from .errors import NotSupported
@@ -101,7 +101,7 @@ class ShardedTube(Tube):
             out.setdefault(i % count, []).append(i)
         return dict(out)
 
-    def _each(self, tasks: Tasks, check: ops.Op, owner: str | None,
+    def _each(self, tasks: Tasks, check: verbs.Op, owner: str | None,
               verb: Callable[[Tube, Any], DataFrame]) -> DataFrame:
         """``verb(shard, its ids)`` on each shard ``tasks`` name, the results as one;
         on several shards, only after ``check``'s guard passed on all of them."""
@@ -121,16 +121,15 @@ class ShardedTube(Tube):
                 raise error
         return sh.union([verb(self._parts[k], ids) for k, ids in routed.items()])
 
-    def apply_op(self, op: ops.Op, tasks: Any, **kwargs: Any) -> DataFrame:
+    def apply_op(self, op: verbs.Op, tasks: Any, **kwargs: Any) -> DataFrame:
         return self._each(tasks, op, kwargs.get("owner"),
                           lambda part, ids: part.apply_op(op, ids, **kwargs))
 
     def ack(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
-        return self._each(tasks, ops.ACK, owner, lambda part, ids: part.ack(ids, owner=owner))
+        return self._each(tasks, verbs.ACK, owner, lambda part, ids: part.ack(ids, owner=owner))
 
     def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
-        check = ops.Op("requeue", ops.OWNED, {})
-        return self._each(tasks, check, owner,
+        return self._each(tasks, verbs.REQUEUE_CHECK, owner,
                           lambda part, ids: part.requeue(ids, owner=owner))
 
     def _part_of(self, task_id: TaskId) -> Tube:

@@ -37,7 +37,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from . import store as st
-from .engine import ops
+from .engine import ops, verbs
 from .engine.records import live_tasks, records_at
 from .engine.stats import census_of
 from .errors import Timeout
@@ -171,7 +171,7 @@ def expire(ctx: TubeContext) -> dict[str, int]:
     it was chosen (another sweeper, a take, an ack) fails the MERGE as
     stale and the choice is made again, so nothing is counted twice.
     """
-    op = ops.Op(
+    op = verbs.Op(
         "sweep",
         guard=f"CASE WHEN NOT ({DUE}) THEN 'Stale' END",
         action={"status": "'ready'", "owner": "NULL", "lease_token": "NULL",

@@ -1,8 +1,8 @@
 """Tube: the Tarantool queue verbs over one tube, the docstrings users read.
 
-Each verb checks its input (:mod:`sparkqueue.validate`), says what changes (an
-:class:`~sparkqueue.engine.ops.Op`: which rows may change, the checks their
-clauses carry, and the new values) and hands it to the engine
+Each verb checks its input (:mod:`sparkqueue.validate`) and hands what changes
+(its :class:`~sparkqueue.engine.verbs.Op`: which rows may change, the checks
+their clauses carry, and the new values) to the engine
 (:mod:`sparkqueue.engine`), which commits it in one Delta commit, all or
 nothing: a row in the wrong state or leased to someone else fails the whole
 commit, then a diagnostic read names every offending id. Commit conflicts are
@@ -22,13 +22,13 @@ from pyspark.sql.streaming.query import StreamingQuery
 from . import store as st
 from . import streaming, validate
 from .engine import ingest as ing
-from .engine import leased, ops, stats
+from .engine import leased, ops, stats, verbs
 from .engine import put as putting
 from .engine import records as recs
 from .engine import take as taking
 from .engine.context import TubeContext
 from .errors import InvalidOption, NotSupported, TaskNotFound
-from .store import CommitTag, sql_num
+from .store import CommitTag
 from .task import Task, TaskState
 from .validate import URGENT_PRI
 
@@ -80,7 +80,7 @@ class Tube:
         (for sparkqueue's own jobs); a tube of one shard is its own only part."""
         return [self]
 
-    def apply_op(self, op: ops.Op, tasks: Any, **kwargs: Any) -> DataFrame:
+    def apply_op(self, op: verbs.Op, tasks: Any, **kwargs: Any) -> DataFrame:
         """Commit ``op`` on ``tasks`` (for the verbs, and a sharded tube's routing):
         the tasks it changed in its commit (none: an empty DataFrame). An op on
         the caller's own leases (``on_leases``) that names whole data files of
@@ -194,7 +194,7 @@ class Tube:
         Returns the tasks with status ``done``. All or nothing: one task not
         taken by ``owner`` fails the whole batch and changes nothing.
         """
-        return self.apply_op(ops.ACK, tasks, owner=owner)
+        return self.apply_op(verbs.ACK, tasks, owner=owner)
 
     def release(self, tasks: Tasks, *, owner: str | None = None, delay: float | None = None,
                 ttl: float | None = None) -> DataFrame:
@@ -209,47 +209,20 @@ class Tube:
             d = validate.seconds("delay", delay)
         if ttl is not None:
             self._need_ttl("release(ttl=...)")
-            t_new = validate.seconds("ttl", ttl)
-        action = {
-            "status": "'delayed'" if d > 0 else "'ready'",
-            "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
-            "delay_end": f"{{now}} + {sql_num(d)}" if d > 0 else "0.0D",
-            "ttl_end": f"t.ttl_end + {sql_num(d)}",
-            "ttl": f"t.ttl + {sql_num(d)}",
-        }
-        if ttl is not None:
-            action["ttl"] = sql_num(t_new)
-            action["ttl_end"] = f"{{now}} + {sql_num(d)} + {sql_num(t_new)}"
-        return self.apply_op(ops.Op("release", ops.OWNED, action, on_leases=True), tasks,
-                             owner=owner)
+            ttl = validate.seconds("ttl", ttl)
+        return self.apply_op(verbs.release(d, ttl), tasks, owner=owner)
 
     def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Return taken tasks to ``ready`` at the end of the queue (a new, higher order key)."""
-        def last() -> int:
-            ing.ingest(self._ctx)
-            path = self._ctx.layout.tasks(self._ctx.key)
-            version = self._ctx.layout.latest_version(path)
-            top = self._ctx.layout.read(path, version=version).agg(
-                F.max("order_key"), F.max("task_id")).first()
-            # a lease record's tasks: their order keys are their ids
-            held = [r.ids[1] for r in recs.records_at(self._ctx, version).values()]
-            return max([int(top[0] or 0), int(top[1] or 0), *held]) if top else max(held or [0])
-        base = self._ctx.guarded(last) + 1
-        action = {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
-                  "lease_end": "0.0D", "order_key": f"{base} + s.arg_rank"}
-        op = ops.Op("requeue", ops.OWNED, action)
         rank = F.row_number().over(Window.orderBy("task_id")) - 1
-        return self.apply_op(op, tasks, extra={"rank": rank}, owner=owner)
+        return self.apply_op(verbs.requeue(ops.queue_end(self._ctx)), tasks,
+                             extra={"rank": rank}, owner=owner)
 
     def touch(self, tasks: Tasks, increment: float, *, owner: str | None = None) -> DataFrame:
         """Extend the ttr and ttl of taken tasks by ``increment`` seconds."""
         self._need_ttl("touch")
-        inc = sql_num(validate.seconds("increment", increment))
-        action = {"ttr": f"t.ttr + {inc}", "ttl": f"t.ttl + {inc}",
-                  "ttl_end": f"t.ttl_end + {inc}",
-                  "lease_end": f"least(t.lease_end + {inc}, t.ttl_end + {inc})"}
-        return self.apply_op(ops.Op("touch", ops.OWNED, action, on_leases=True), tasks,
-                             owner=owner)
+        increment = validate.seconds("increment", increment)
+        return self.apply_op(verbs.touch(increment), tasks, owner=owner)
 
     def done(self, task_id: TaskId, data: Any, *, owner: str | None = None) -> DataFrame:
         """Complete a task taken by ``owner`` (default this Queue's) but keep it, with
@@ -261,67 +234,33 @@ class Tube:
         row = frame.select(col.alias("p")).first()
         assert row is not None
         payload = row["p"]
-        op = ops.Op("done", ops.OWNED, {
-            "status": "'done'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
-            "data": "s.arg_data"})
         if tube_schema is None:  # nothing was ever put: no task can be taken
             raise TaskNotFound(self.name, ident)
         value = putting.struct_literal(payload, tube_schema)
-        return self.apply_op(op, ident, extra={"data": value}, owner=owner)
+        return self.apply_op(verbs.DONE, ident, extra={"data": value}, owner=owner)
 
     def bury(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Move tasks to ``buried`` from any state (a task taken by another owner refuses)."""
-        op = ops.Op(
-            "bury",
-            "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
-            "WHEN {eff} = 'done' THEN 'InvalidState' "
-            "WHEN {eff} = 'taken' AND t.owner <> s.arg_owner THEN 'NotOwner' END",
-            {"status": "'buried'", "owner": "NULL", "lease_token": "NULL", "lease_end": "0.0D",
-             "delay_end": "0.0D", "buried_count": "t.buried_count + 1"},
-            skip="{eff} = 'buried'",
-            pending=True,
-            on_leases=True,
-        )
-        return self.apply_op(op, tasks, owner=owner)
+        return self.apply_op(verbs.BURY, tasks, owner=owner)
 
     def kick(self, count: int = 1) -> int:
         """Move up to ``count`` buried tasks to ``ready``, lowest ``(pri, id)`` first."""
         count = validate.batch("count", count, minimum=0)
-        if count == 0:
-            return 0
-        op = ops.Op("kick", "CASE WHEN {eff} <> 'buried' THEN 'Stale' END", ops.UNBURY,
-                    missing=None)
-        result = ops.mutate(
-            self._ctx, op, None, collect_upto=count if count <= ops.COLLECT_UPTO else 0,
-            chooser=lambda now: recs.live_tasks(self._ctx, now, pending=False)
-            .where("eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
-        return 0 if result is None else result.count()
+        return 0 if count == 0 else ops.kick(self._ctx, count)
 
     def dig(self, task_id: TaskId) -> DataFrame:
         """Move one buried task to ``ready`` (the older API's ``dig``)."""
-        ident = validate.one_id(task_id)
-        op = ops.Op("dig", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
-                    "WHEN {eff} <> 'buried' THEN 'InvalidState' END", ops.UNBURY)
-        return self.apply_op(op, ident)
+        return self.apply_op(verbs.DIG, validate.one_id(task_id))
 
     unbury = dig
 
     def delete(self, tasks: Tasks) -> DataFrame:
         """Remove tasks whatever their state; returns them with status ``done``."""
-        op = ops.Op("delete", "CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' END", None,
-                    pending=True, on_leases=True)
-        return self.apply_op(op, tasks)
+        return self.apply_op(verbs.DELETE, tasks)
 
     def release_all(self) -> int:
         """Return every taken task, whoever holds it, to ``ready``; the count."""
-        op = ops.Op("release_all", "CASE WHEN {eff} <> 'taken' THEN 'Stale' END",
-                    {"status": "'ready'", "owner": "NULL", "lease_token": "NULL",
-                     "lease_end": "0.0D"}, missing=None, chooses_leases=True)
-        result = ops.mutate(self._ctx, op, None, event="release",
-                            chooser=lambda now: recs.live_tasks(self._ctx, now, pending=False)
-                            .where("status = 'taken'")  # prunes files by their statistics
-                            .where("eff = 'taken'"))
-        return 0 if result is None else result.count()
+        return ops.release_all(self._ctx)
 
     def peek(self, tasks: Tasks) -> DataFrame:
         """Read tasks without changing them; :class:`TaskNotFound` for a missing single id."""

@@ -20,7 +20,7 @@ from pyspark.sql import DataFrame
 
 from . import store as st
 from . import validate
-from .engine import leased, ops, shards
+from .engine import leased, shards, verbs
 from .engine.take import take_once, take_with_acks
 from .errors import InvalidOption, QueueError, Timeout
 
@@ -184,7 +184,7 @@ class Consumer:
             if batch is not None:
                 self.progress.done += len(acks)
                 return batch
-        if acks and leased.on_whole_files(home, ops.ACK, acks, who) is not None:  # no MERGE
+        if acks and leased.on_whole_files(home, verbs.ACK, acks, who) is not None:  # no MERGE
             self.progress.done += len(acks)
             acks = []
         if acks:  # with a take on their shard; when it finds nothing, committed alone

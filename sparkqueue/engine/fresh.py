@@ -24,7 +24,6 @@ from .ingest import (
 )
 from .ops import (
     COLLECT_UPTO,
-    Op,
     acked_rows,
     action_set,
     id_run,
@@ -32,6 +31,7 @@ from .ops import (
     pick,
 )
 from .records import with_action
+from .verbs import Op
 
 __all__ = ["take_fresh", "leased_result"]
 

@@ -25,9 +25,10 @@ from ..errors import QueueError
 from ..store import CommitTag
 from .context import TubeContext
 from .fresh import acked_result
-from .ops import Op, action_set, lease_context
+from .ops import action_set, lease_context
 from .records import task_rows, with_action
 from .take import file_rows
+from .verbs import Op
 
 __all__ = ["on_whole_files"]
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -22,6 +21,7 @@ from ..store import CommitTag, effective_status, sql_num
 from . import records, refusals
 from .context import TubeContext
 from .ingest import ingest
+from .verbs import ACK, KICK, OWNED, RELEASE_ALL, Op
 
 #: Choices of at most this many tasks are collected to the driver (one Spark job less).
 COLLECT_UPTO = 10_000
@@ -33,38 +33,6 @@ Chosen = DataFrame | tuple[int, int] | None
 #: stored ``taken`` row chosen while ready had its lease end (ttr), a stored
 #: ``delayed`` one its delay end; the sweep marks ttl-expired rows ``expired``.
 EXPIRY_COUNTS = {"ttr": "taken", "delay": "delayed", "ttl": "expired"}
-
-@dataclass(frozen=True)
-class Op:
-    """One state-changing MERGE: which rows may change, and how."""
-
-    name: str
-    guard: str | None  # SQL of the error kind for a row that must not change, or NULL
-    action: dict[str, str] | None  # UPDATE SET; None means DELETE
-    skip: str | None = None  # SQL: rows that match but are left as they are
-    # error kind for ids with no row; None: such ids are passed over (a take's
-    # choice that was deleted meanwhile), which keeps the MERGE matched-only
-    missing: str | None = "TaskNotFound"
-    # Whether the op may touch tasks still in the inbox (ready ones): only then is
-    # the inbox ingested first. Ops on taken or buried tasks never need to.
-    pending: bool = False
-    # utube takes: each row's sub-queue must have no live lease in the snapshot the
-    # MERGE commits on; the source then carries ``arg_busy`` for the guard
-    exclusive: bool = False
-    # SQL: matched rows to delete rather than update (the sweep's ttl expiry)
-    delete_when: str | None = None
-    # The guard only ever says Stale, and the action names its owner and token as
-    # ``{owner}`` and ``{token}``: a choice of consecutive ids may then run as an
-    # UPDATE of their id range that leaves stale rows as they are, instead of a
-    # MERGE that joins a source (see ``update_range``)
-    by_range: bool = False
-    # The guard passes on every task the caller holds with a live lease, and the
-    # action reads the task's own row alone (``t.``, no source): whole data files
-    # of such tasks may be removed or rewritten without a MERGE (``engine.leased``)
-    on_leases: bool = False
-    # The chooser may pick tasks under a live lease (release_all): every lease
-    # record is written out first, not only those whose leases ended
-    chooses_leases: bool = False
 
 #: A DataFrame of at most this many ids is collected by ack (one Spark job; the
 #: MERGE's choice would take two), larger ones stay in Spark.
@@ -97,15 +65,6 @@ def collected_ids(ctx: TubeContext, frame: DataFrame) -> list[int] | DataFrame:
     return sorted(set(ids))
 
 
-OWNED = ("CASE WHEN {eff} = 'expired' THEN 'TaskNotFound' "
-         "WHEN {eff} <> 'taken' THEN 'InvalidState' "
-         "WHEN t.owner <> s.arg_owner THEN 'NotOwner' END")
-
-
-ACK = Op("ack", OWNED, None, on_leases=True)
-
-
-UNBURY = {"status": "'ready'", "delay_end": "0.0D"}
 
 
 
@@ -424,3 +383,36 @@ def acked_rows(ctx: TubeContext, version: int, token: str, ids: list[int]) -> Da
     ``on_task_change`` event, however it committed."""
     return ctx.layout.changed_at(ctx.key, version, token, ids[0], ids[-1], updates=False,
                                  removable=ids, step=ctx.shards).select(*st.PUBLIC_COLUMNS)
+
+
+def kick(ctx: TubeContext, count: int) -> int:
+    """Up to ``count`` buried tasks back to ``ready``, lowest ``(pri, order_key, id)``
+    first, in one commit; how many."""
+    result = mutate(ctx, KICK, None, collect_upto=count if count <= COLLECT_UPTO else 0,
+                    chooser=lambda now: records.live_tasks(ctx, now, pending=False)
+                    .where("eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
+    return 0 if result is None else result.count()
+
+
+def release_all(ctx: TubeContext) -> int:
+    """Every taken task, whoever holds it, back to ``ready`` in one commit; how many."""
+    result = mutate(ctx, RELEASE_ALL, None, event="release",
+                    chooser=lambda now: records.live_tasks(ctx, now, pending=False)
+                    .where("status = 'taken'")  # prunes files by their statistics
+                    .where("eff = 'taken'"))
+    return 0 if result is None else result.count()
+
+
+def queue_end(ctx: TubeContext) -> int:
+    """The order key after every task's, puts not yet ingested included (they are
+    first ingested): where a requeue puts tasks."""
+    def last() -> int:
+        ingest(ctx)
+        path = ctx.layout.tasks(ctx.key)
+        version = ctx.layout.latest_version(path)
+        top = ctx.layout.read(path, version=version).agg(
+            F.max("order_key"), F.max("task_id")).first()
+        # a lease record's tasks: their order keys are their ids
+        held = [r.ids[1] for r in records.records_at(ctx, version).values()]
+        return max([int(top[0] or 0), int(top[1] or 0), *held]) if top else max(held or [0])
+    return ctx.guarded(last) + 1

@@ -18,7 +18,7 @@ from .context import TubeContext
 from .records import live_tasks
 
 if TYPE_CHECKING:
-    from .ops import Op
+    from .verbs import Op
 
 
 def settle_for(ctx: TubeContext, op: Op, ids: list[int] | DataFrame | None, who: str,

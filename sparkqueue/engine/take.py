@@ -16,19 +16,20 @@ from .. import store as st
 from ..drivers.base import ORDER
 from ..drivers.utube import UtubeDriver
 from ..store import CommitTag, effective_status
+from . import verbs
 from .context import TubeContext
 from .fresh import leased_result, noting_leased, take_fresh
 from .ingest import empty, ingest
 from .ops import (
     COLLECT_UPTO,
     Chosen,
-    Op,
     action_set,
     apply,
     expiry_counts,
     lease_context,
 )
 from .records import live_tasks, settle_ended, with_action
+from .verbs import Op
 
 
 def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
@@ -88,27 +89,9 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
 
 
 def take_op(ctx: TubeContext) -> Op:
-    """A take's state change: ready tasks become taken by the caller, its lease
-    counted from now (ttr, within ttl); on a utube tube, only where the
-    sub-queue holds no live lease (``arg_busy``, see :func:`ops.with_busy`)."""
-    exclusive = ctx.driver.uses_utube
-    return Op(
-        "take",
-        guard="CASE WHEN {eff} <> 'ready' THEN 'Stale' "
-              + ("WHEN s.arg_busy THEN 'Stale' " if exclusive else "") + "END",
-        action={
-            "status": "'taken'",
-            "owner": "{owner}",
-            "lease_token": "{token}",
-            "lease_end": "least({now} + t.ttr, t.ttl_end)",
-            "taken_count": "t.taken_count + 1",
-            "delay_end": "0.0D",
-        },
-        missing=None,
-        pending=True,
-        exclusive=exclusive,
-        by_range=True,
-    )
+    """A take's state change on this tube (:func:`verbs.take`): exclusive per
+    sub-queue on a utube tube."""
+    return verbs.take(ctx.driver.uses_utube)
 
 
 def take_with_acks(ctx: TubeContext, n: int, who: str, acking: list[int],
