@@ -84,6 +84,13 @@ class ShardedTube(Tube):
         self._homes[who] = (k + 1) % count if self._conflicts() > before else k
         return batch
 
+    def explain_take(self, n: int = 1, *, owner: str | None = None) -> dict[str, Any]:
+        """As :meth:`Tube.explain_take`, for the shard ``owner``'s take starts at
+        (``shard``); when it has nothing ready the take moves on to the next."""
+        n, _, who, _ = self.take_args(n, 0.0, owner, None)
+        start = self._homes.get(who, sh.home_shard(who, len(self._parts)))
+        return {**self._parts[start].explain_take(n, owner=owner), "shard": start}
+
     # -- verbs on ids ---------------------------------------------------------------
 
     def _route(self, tasks: Tasks) -> dict[int, list[int] | DataFrame]:

@@ -177,6 +177,22 @@ class Tube:
         n, wait, who, win = self.take_args(n, timeout, owner, window)
         return self._ctx.guarded(lambda: taking.take(self._ctx, n, wait, who, win))
 
+    def explain_take(self, n: int = 1, *, owner: str | None = None) -> dict[str, Any]:
+        """How ``take(n)`` would commit now, without taking or writing anything: the
+        strategy it tries first (``strategy``), those it would fall back to, in
+        order (``then``), and the facts that chose them (``facts``: the engine,
+        the driver's capabilities, whether puts wait in the inbox, ...). The
+        strategies and when each runs are docs/design.md's table ("Take"); the
+        commit of a take names the one that committed in its tag (``plan``).
+
+        Examples
+        --------
+        >>> tube.explain_take(1000)["strategy"]     # doctest: +SKIP
+        'head-files'
+        """
+        n, _, _, _ = self.take_args(n, 0.0, owner, None)
+        return taking.explain_take(self._ctx, n)
+
     def take_args(self, n: int, timeout: float, owner: str | None,
                   window: int | None) -> tuple[int, float, str, int]:
         """:meth:`take`'s arguments, checked: ``(n, timeout, owner, window)``."""

@@ -23,13 +23,13 @@ from .ingest import (
     within,
 )
 from .ops import (
-    COLLECT_UPTO,
     acked_rows,
     action_set,
     id_run,
     lease_context,
     pick,
 )
+from .plan import COLLECT_UPTO
 from .records import with_action
 from .verbs import Op
 
@@ -37,7 +37,7 @@ __all__ = ["take_fresh", "leased_result"]
 
 
 def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
-               acking: list[int] | None = None) -> DataFrame | None:
+               acking: list[int] | None, upto: int) -> DataFrame | None:
     """The take's tasks when it could choose only among puts not yet ingested:
     they are ingested with the chosen ones already leased, in one commit.
 
@@ -65,16 +65,11 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
     write them again. ``acking``: a consumer's previous batch, whole files
     of ``who``'s leases (:func:`store.whole_files`), removed by the same
     commit where the puts' tags tell the take's tasks, on a table that keeps
-    no change feed; else None, having committed nothing.
+    no change feed; else None, having committed nothing. ``upto``: the inbox's
+    newest version, read by the take's plan (``plan.Strategy.NEW_PUTS``: the
+    accelerated engine, a driver that looks only at ready tasks or leases).
     """
-    driver = ctx.driver
-    if not (driver.head_only or driver.sub_queue_heads) or ctx.layout.accelerator is None:
-        return None
-    layout = ctx.layout
-    path = layout.tasks(ctx.key)
-    upto = layout.latest_version(layout.inbox(ctx.key))
-    if upto <= ctx.ingested_upto:
-        return None
+    path = ctx.layout.tasks(ctx.key)
     try:
         return ctx.guarded(lambda: ingest_taking(ctx, take, n, win, who, path, upto, acking))
     except Exception as e:
@@ -137,7 +132,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     acked = layout.whole_leased_files(path, files, acking, who, now, ctx.shards) if acking else []
     if acked is None or (acked and accelerator.keeps_feed(txn)):
         return None  # not whole files, or the feed would miss their removal
-    tag = CommitTag.new("ingest+take")
+    tag = CommitTag.new("ingest+take", plan="new-puts")
     with layout.tagged(tag) as sess:
         plan = fresh_plan(ctx, sess, cursor, upto, n, now)
         if not plan.spans or not accelerator.fits(txn, plan.spans[0].rows) or (

@@ -21,10 +21,9 @@ from ..store import CommitTag, effective_status, sql_num
 from . import records, refusals
 from .context import TubeContext
 from .ingest import ingest
+from .plan import COLLECT_UPTO
 from .verbs import ACK, KICK, OWNED, RELEASE_ALL, Op
 
-#: Choices of at most this many tasks are collected to the driver (one Spark job less).
-COLLECT_UPTO = 10_000
 #: A take's choice: the chosen rows, or the id range ``(lo, hi)`` whose every row
 #: is chosen (known from file statistics), or None when nothing can be chosen.
 Chosen = DataFrame | tuple[int, int] | None
@@ -69,7 +68,7 @@ def collected_ids(ctx: TubeContext, frame: DataFrame) -> list[int] | DataFrame:
 
 
 def mutate(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
-           event: str | None = None, tag_extra: dict[str, int] | None = None,
+           event: str | None = None, tag_extra: dict[str, Any] | None = None,
            owner: str | None = None, chooser: Callable[[float], DataFrame] | None = None,
            deadline: float | None = None, collect_upto: int = 0) -> DataFrame | None:
     """Apply ``op`` to ``tasks`` (or to the rows ``chooser(now)`` picks) in one commit.
@@ -83,7 +82,7 @@ def mutate(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None
 
 
 def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
-          event: str | None = None, tag_extra: dict[str, int] | None = None,
+          event: str | None = None, tag_extra: dict[str, Any] | None = None,
           owner: str | None = None,
           chooser: Callable[[float], Chosen] | None = None,
           deadline: float | None = None, collect_upto: int = 0,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import time
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 from pyspark.sql import DataFrame, SparkSession
@@ -16,18 +17,18 @@ from .. import store as st
 from ..drivers.base import ORDER
 from ..drivers.utube import UtubeDriver
 from ..store import CommitTag, effective_status
-from . import verbs
+from . import plan, verbs
 from .context import TubeContext
 from .fresh import leased_result, noting_leased, take_fresh
 from .ingest import empty, ingest
 from .ops import (
-    COLLECT_UPTO,
     Chosen,
     action_set,
     apply,
     expiry_counts,
     lease_context,
 )
+from .plan import COLLECT_UPTO
 from .records import live_tasks, settle_ended, with_action
 from .verbs import Op
 
@@ -48,12 +49,39 @@ def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
         time.sleep(min(ctx.config.poll_interval, remaining))
 
 
+def take_facts(ctx: TubeContext, n: int, acking: list[int] | None = None,
+               paired: bool = False) -> tuple[plan.TakeFacts, int | None]:
+    """What a take of ``n`` knows before it reads any task (:class:`plan.TakeFacts`),
+    and the inbox's newest version where the plan needs it (None: not read)."""
+    driver = ctx.driver
+    facts = plan.TakeFacts(engine=ctx.layout.engine, head_only=driver.head_only,
+                           sub_queue_heads=driver.sub_queue_heads, n=n,
+                           acks=bool(acking), paired=paired)
+    if not plan.reads_inbox(facts):
+        return facts, None
+    upto = ctx.layout.latest_version(ctx.layout.inbox(ctx.key))
+    return replace(facts, puts_waiting=upto > ctx.ingested_upto), upto
+
+
+def explain_take(ctx: TubeContext, n: int) -> dict[str, Any]:
+    """The plan a take of ``n`` would follow now (:func:`plan.explained`), taking
+    nothing."""
+    facts, _ = ctx.guarded(lambda: take_facts(ctx, n))
+    return plan.explained(facts)
+
+
 def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | None = None,
-              wait: float = 0.0) -> DataFrame | None:
+              wait: float = 0.0, paired: bool = False) -> DataFrame | None:
     """One attempt of :func:`take`, without waiting for tasks: the leased tasks, or
-    None when none was ready (the ``acking`` ids are then acked alone). Conflicts
-    are retried for the tube's conflict timeout, or ``wait`` when longer."""
+    None when none was ready (the ``acking`` ids are then acked alone; with
+    ``paired``, when no strategy could commit them with the take, None having
+    committed nothing). The strategies are :func:`plan.plan_take`'s, each
+    tried until one commits; each commit's tag names its strategy (``plan``).
+    Conflicts are retried for the tube's conflict timeout, or ``wait`` when
+    longer."""
     take = take_op(ctx)
+    facts, upto = take_facts(ctx, n, acking, paired)
+    deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
 
     def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
         files = file_stats(ctx)
@@ -72,20 +100,29 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
                 chosen = ctx.driver.choose(rows, n, win)
         return chosen
 
-    fresh = take_fresh(ctx, take, n, win, who, acking)
-    if fresh is not None:
-        return fresh
-    settle_ended(ctx, ctx.now())  # tasks whose recorded lease ended are ready again
-    deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
-    leased = take_files(ctx, take, n, who, acking, deadline, win)
-    if leased is not None:
-        return None if isinstance(leased, NoneReady) else leased
-    done = apply(ctx,
-                 take, None, owner=who, chooser=chooser,
-                 deadline=deadline,
-                 collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
-                 )
-    return None if done is None else done[0]
+    def run(strategy: plan.Strategy) -> DataFrame | NoneReady | None:
+        """The strategy's executor: its tasks, NONE_READY, or None (turned down)."""
+        if strategy is plan.Strategy.NEW_PUTS:
+            assert upto is not None
+            return take_fresh(ctx, take, n, win, who, acking, upto)
+        if strategy is not plan.Strategy.STATEMENT:
+            return take_files(ctx, take, n, who, acking, deadline, win)
+        done = apply(ctx, take, None, owner=who, chooser=chooser, deadline=deadline,
+                     collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
+                     tag_extra={"plan": strategy.value})
+        return NONE_READY if done is None else done[0]
+
+    tried: list[plan.Strategy] = []
+    settled = False
+    while (strategy := plan.plan_take(facts, tried)) is not None:
+        if strategy is not plan.Strategy.NEW_PUTS and not settled:
+            settle_ended(ctx, ctx.now())  # tasks whose recorded lease ended are ready again
+            settled = True
+        tried.append(strategy)
+        got = run(strategy)
+        if got is not None:
+            return None if isinstance(got, NoneReady) else got
+    return None
 
 
 def take_op(ctx: TubeContext) -> Op:
@@ -100,14 +137,9 @@ def take_with_acks(ctx: TubeContext, n: int, who: str, acking: list[int],
     ``who``'s leases): :func:`take_files` carrying a consumer's previous batch,
     so that a batch costs one commit that reads no acked data; or, with puts not
     yet ingested, :func:`take_fresh`'s one commit that ingests the tasks it
-    leases. None, having committed nothing, where neither applies."""
-    take = take_op(ctx)
-    fresh = take_fresh(ctx, take, n, win, who, acking) if ctx.driver.head_only else None
-    if fresh is not None:
-        return fresh
-    settle_ended(ctx, ctx.now())
-    leased = take_files(ctx, take, n, who, acking, win=win)
-    return None if isinstance(leased, NoneReady) else leased
+    leases. None, having committed nothing, where neither applies (the plan of
+    a ``paired`` take: :data:`plan.TAKE_RULES`)."""
+    return take_once(ctx, n, who, win, acking, paired=True)
 
 
 class NoneReady:
@@ -191,21 +223,25 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
         if files is None or acked is None:
             return None
         tag = CommitTag.new("take+ack" if acking else "take",
+                            plan=(plan.Strategy.SUB_QUEUE_HEADS if heads
+                                  else plan.Strategy.HEAD_FILES).value,
                             **({"ack": len(acking)} if acking else {}))
         with layout.tagged(tag) as sess:
-            plan = (sub_queue_plan(ctx, sess, files, acked, n, win, now) if heads
+            files_plan = (sub_queue_plan(ctx, sess, files, acked, n, win, now) if heads
                     else head_plan(files, n, now))
-            if plan is None or not plan.leases:
-                return NONE_READY if plan is not None and not acking else None
-            tag = tag.adding(take=plan.leases, **plan.counts)
+            if files_plan is None or not files_plan.leases:
+                return NONE_READY if files_plan is not None and not acking else None
+            tag = tag.adding(take=files_plan.leases, **files_plan.counts)
             sess.conf.set(st.USER_METADATA, tag.json())
-            rows = layout.read_task_files(path, plan.names, sess)
-            leased = (leasing(rows, take, tag, n, plan.held, who, now) if plan.ids is None
-                      else leasing_ids(rows, take, tag, plan.ids, ctx.shards, who, now))
+            rows = layout.read_task_files(path, files_plan.names, sess)
+            leased = (leasing(rows, take, tag, n, files_plan.held, who, now)
+                      if files_plan.ids is None
+                      else leasing_ids(rows, take, tag, files_plan.ids, ctx.shards, who, now))
             version, written = accelerator.replace_files(
-                path, txn, files, plan.names + acked, leased, tag, file_rows(n))
-        run = noting_leased(ctx, written, plan.leases, plan.ids)
-        return leased_result(ctx, version, tag.token, (plan.lo, plan.hi), run, acking, acked)
+                path, txn, files, files_plan.names + acked, leased, tag, file_rows(n))
+        run = noting_leased(ctx, written, files_plan.leases, files_plan.ids)
+        return leased_result(ctx, version, tag.token, (files_plan.lo, files_plan.hi), run,
+                             acking, acked)
 
     return ctx.retrying(attempt, deadline=deadline, what=f"take on {ctx.name!r}")
 

@@ -1,0 +1,65 @@
+"""The take's plan on real tubes: ``explain_take`` names the strategy the next take
+commits with, and that commit's tag names it too (``plan``); the table itself is
+tested without a JVM (tests/unit/test_plan.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+import sparkqueue
+from sparkqueue import FakeClock, Queue, Tube
+from sparkqueue.engine.ingest import ingest
+
+from ..conftest import ids
+
+
+def last_plan(t: Tube) -> str | None:
+    """The strategy the newest commit of the tube's tasks table names (None: none)."""
+    log = Path(t.context.layout.tasks(t.context.key)) / "_delta_log"
+    newest = max(log.glob("*.json"), key=lambda f: int(f.stem))
+    info = next(json.loads(line)["commitInfo"] for line in newest.read_text().splitlines()
+                if line.startswith('{"commitInfo"'))
+    plan: str | None = json.loads(info["userMetadata"]).get("plan")
+    return plan
+
+
+def test_each_take_commits_with_the_strategy_explain_take_named(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock) -> None:
+    t = sq.create_tube("plan", "fifottl")
+    t.put([{"n": i} for i in range(5)])
+    said = t.explain_take(5)
+    assert said["strategy"] == "new-puts" and said["facts"]["puts_waiting"] is True
+    assert said["then"] == ["head-files", "update-or-merge"]
+    assert ids(t.take(5)) == [0, 1, 2, 3, 4] and last_plan(t) == "new-puts"
+
+    t.put([{"n": i} for i in range(5, 10)])
+    ingest(t.context)  # every put ingested: the head of the tasks table is where to take
+    said = t.explain_take(2)
+    assert said["strategy"] == "head-files" and said["facts"]["puts_waiting"] is False
+    assert ids(t.take(2)) == [5, 6] and last_plan(t) == "head-files"
+
+    portable = sparkqueue.connect(spark, root, owner="b", clock=clock, engine="portable")
+    other = portable.tube("plan")
+    said = other.explain_take(2)
+    assert (said["strategy"], said["then"]) == ("update-or-merge", [])
+    assert said["facts"]["engine"] == "portable"
+    assert ids(other.take(2)) == [7, 8] and last_plan(other) == "update-or-merge"
+    assert t.statistics()["tasks"]["taken"] == 9, "explaining took nothing"
+
+
+def test_a_take_of_sub_queue_heads_and_a_sharded_tube_explain_their_plan(sq: Queue) -> None:
+    u = sq.create_tube("heads", "utubettl")
+    u.put([{"n": i} for i in range(4)], utube="a")
+    u.put([{"n": i} for i in range(4)], utube="b")
+    ingest(u.context)
+    said = u.explain_take(10)
+    assert said["strategy"] == "sub-queue-heads"
+    assert len(ids(u.take(10))) == 2 and last_plan(u) == "sub-queue-heads"
+
+    s = sq.create_tube("sharded", "fifottl", shards=2)
+    s.put([{"n": i} for i in range(3)])
+    said = s.explain_take(3)  # the shard the owner's take starts at, as a take sees it
+    assert said["shard"] in (0, 1) and said["then"][-1] == "update-or-merge", said

@@ -1,0 +1,66 @@
+"""The take's planner (``engine.plan``): which strategies a take tries, in order,
+for each kind of facts (``make test-fast``: no JVM). docs/design.md holds its table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from sparkqueue.engine.plan import (
+    COLLECT_UPTO,
+    Strategy,
+    TakeFacts,
+    decision_table,
+    explained,
+    plan_order,
+    plan_take,
+    reads_inbox,
+)
+
+NEW, HEAD, HEADS, SQL = (Strategy.NEW_PUTS, Strategy.HEAD_FILES, Strategy.SUB_QUEUE_HEADS,
+                         Strategy.STATEMENT)
+FIFO = {"head_only": True, "sub_queue_heads": False}
+UTUBE = {"head_only": False, "sub_queue_heads": True}
+OWN = {"head_only": False, "sub_queue_heads": False}  # a driver that promises nothing
+
+
+@pytest.mark.parametrize("engine, driver, n, waiting, paired, expected", [
+    ("portable", FIFO, 10, True, False, [SQL]),
+    ("portable", UTUBE, 10, True, False, [SQL]),
+    ("portable", FIFO, 10, None, True, []),  # a Consumer's paired take: nothing to try
+    ("accelerated", FIFO, 10, False, False, [HEAD, SQL]),
+    ("accelerated", FIFO, 10, True, False, [NEW, HEAD, SQL]),
+    ("accelerated", FIFO, 10, True, True, [NEW, HEAD]),
+    ("accelerated", UTUBE, 10, True, False, [NEW, HEADS, SQL]),
+    ("accelerated", UTUBE, COLLECT_UPTO, False, False, [HEADS, SQL]),
+    ("accelerated", UTUBE, COLLECT_UPTO + 1, True, False, [NEW, SQL]),
+    ("accelerated", UTUBE, 10, None, True, [HEADS]),  # paired: no take of new puts
+    ("accelerated", OWN, 10, None, False, [SQL]),
+])
+def test_each_kind_of_take_tries_its_strategies_in_the_tables_order(
+        engine: str, driver: dict[str, bool], n: int, waiting: bool | None, paired: bool,
+        expected: list[Strategy]) -> None:
+    facts = TakeFacts(engine=engine, n=n, puts_waiting=waiting, paired=paired, **driver)
+    assert plan_order(facts) == expected
+    assert plan_take(facts) == (expected[0] if expected else None)
+    assert plan_take(facts, expected[:1]) == (expected[1] if len(expected) > 1 else None)
+
+
+def test_the_inbox_is_read_only_where_waiting_puts_can_change_the_plan() -> None:
+    assert reads_inbox(TakeFacts("accelerated", n=1, **FIFO))
+    assert reads_inbox(TakeFacts("accelerated", n=1, **UTUBE))
+    assert not reads_inbox(TakeFacts("accelerated", n=1, paired=True, **UTUBE))
+    assert not reads_inbox(TakeFacts("accelerated", n=1, **OWN))
+    assert not reads_inbox(TakeFacts("portable", n=1, **FIFO))
+
+
+def test_an_explanation_names_the_first_strategy_the_fallbacks_and_the_facts() -> None:
+    said = explained(TakeFacts("accelerated", n=5, puts_waiting=True, **FIFO))
+    assert said["strategy"] == "new-puts" and said["then"] == ["head-files", "update-or-merge"]
+    assert said["facts"]["puts_waiting"] is True and said["facts"]["n"] == 5
+
+
+def test_docs_design_holds_the_planners_table_as_the_code_has_it() -> None:
+    design = (Path(__file__).resolve().parents[2] / "docs" / "design.md").read_text()
+    assert decision_table() in design, "docs/design.md's take table differs from engine.plan"
