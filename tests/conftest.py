@@ -249,14 +249,19 @@ def known_ids(t: Tube, df: DataFrame) -> list[int] | None:
     return t.context.memory.taken_ids(df)
 
 
-def operations(t: Tube, after: int) -> list[tuple[str, str]]:
-    """(Delta operation, sparkqueue op) of the tasks table's commits after ``after``
-    (a shard's, for a part of a sharded tube)."""
+def commit_infos(t: Tube) -> dict[int, dict[str, Any]]:
+    """The ``commitInfo`` of each commit of the tube's tasks table (a shard's, for a
+    part of a sharded tube), by version, with its sparkqueue tag as ``tag``."""
     log = Path(t.context.layout.tasks(t.context.key)) / "_delta_log"
-    out = []
-    for f in sorted(log.glob("*.json")):
-        if int(f.stem) > after:
-            info = next(json.loads(line)["commitInfo"] for line in f.read_text().splitlines()
-                        if line.startswith('{"commitInfo"'))
-            out.append((info["operation"], json.loads(info["userMetadata"])["sq"]))
-    return out
+    infos = {}
+    for f in log.glob("*.json"):
+        info = next(json.loads(line)["commitInfo"] for line in f.read_text().splitlines()
+                    if line.startswith('{"commitInfo"'))
+        infos[int(f.stem)] = {**info, "tag": json.loads(info.get("userMetadata") or "{}")}
+    return infos
+
+
+def operations(t: Tube, after: int) -> list[tuple[str, str]]:
+    """(Delta operation, sparkqueue op) of the tasks table's commits after ``after``."""
+    return [(info["operation"], info["tag"]["sq"])
+            for version, info in sorted(commit_infos(t).items()) if version > after]

@@ -4,25 +4,19 @@ tested without a JVM (tests/unit/test_plan.py)."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube
 from sparkqueue.engine.ingest import ingest
 
-from ..conftest import ids
+from ..conftest import commit_infos, ids
 
 
 def last_plan(t: Tube) -> str | None:
     """The strategy the newest commit of the tube's tasks table names (None: none)."""
-    log = Path(t.context.layout.tasks(t.context.key)) / "_delta_log"
-    newest = max(log.glob("*.json"), key=lambda f: int(f.stem))
-    info = next(json.loads(line)["commitInfo"] for line in newest.read_text().splitlines()
-                if line.startswith('{"commitInfo"'))
-    plan: str | None = json.loads(info["userMetadata"]).get("plan")
+    infos = commit_infos(t)
+    plan: str | None = infos[max(infos)]["tag"].get("plan")
     return plan
 
 

@@ -7,8 +7,6 @@ that ended counted as a ttr expiry, never a sub-queue leased twice.
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
@@ -21,7 +19,7 @@ from sparkqueue.engine import ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
-from ..conftest import ids, operations
+from ..conftest import commit_infos, ids, operations
 from .test_take_files import before_its_commit, files_of
 
 
@@ -46,14 +44,6 @@ def ingested(sq: Queue, name: str, queues: dict[str, int], kind: str = "utube",
     for r in sorted(put, key=lambda r: r["task_id"]):
         by_queue[r["data"]["q"]].append(r["task_id"])
     return t, by_queue
-
-
-def tag_of(t: Tube, version: int) -> dict[str, Any]:
-    """The sparkqueue tag of the tasks table's commit ``version``."""
-    log = Path(t.context.layout.tasks(t.name)) / "_delta_log" / f"{version:020d}.json"
-    info = next(json.loads(line)["commitInfo"] for line in log.read_text().splitlines()
-                if line.startswith('{"commitInfo"'))
-    return dict(json.loads(info["userMetadata"]))
 
 
 def test_a_take_leases_the_heads_of_free_sub_queues_in_one_commit_of_whole_files(
@@ -97,7 +87,7 @@ def test_a_lease_that_ended_frees_its_sub_queue_and_counts_as_a_ttr_expiry(
     before = t.context.layout.latest_version(path)
     assert ids(t.take(5, owner="third")) == [q["a"][0], q["b"][0]]
     assert operations(t, before) == [("UPDATE", "take")]
-    assert tag_of(t, before + 1)["ttr"] == 2
+    assert commit_infos(t)[before + 1]["tag"]["ttr"] == 2
     assert t.statistics()["calls"]["ttr"] == 2
 
 
