@@ -29,7 +29,7 @@ from .ops import (
     lease_context,
     pick,
 )
-from .plan import COLLECT_UPTO
+from .plan import COLLECT_UPTO, Strategy
 from .records import with_action
 from .verbs import Op
 
@@ -66,8 +66,9 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
     of ``who``'s leases (:func:`store.whole_files`), removed by the same
     commit where the puts' tags tell the take's tasks, on a table that keeps
     no change feed; else None, having committed nothing. ``upto``: the inbox's
-    newest version, read by the take's plan (``plan.Strategy.NEW_PUTS``: the
-    accelerated engine, a driver that looks only at ready tasks or leases).
+    newest version, read by the take's plan: only :func:`take.take_once` runs
+    it, where the plan says it applies (``Strategy.NEW_PUTS``: the accelerated
+    engine, a driver that looks only at ready tasks or leases).
     """
     path = ctx.layout.tasks(ctx.key)
     try:
@@ -132,7 +133,7 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
     acked = layout.whole_leased_files(path, files, acking, who, now, ctx.shards) if acking else []
     if acked is None or (acked and accelerator.keeps_feed(txn)):
         return None  # not whole files, or the feed would miss their removal
-    tag = CommitTag.new("ingest+take", plan="new-puts")
+    tag = CommitTag.new("ingest+take", plan=Strategy.NEW_PUTS.value)
     with layout.tagged(tag) as sess:
         plan = fresh_plan(ctx, sess, cursor, upto, n, now)
         if not plan.spans or not accelerator.fits(txn, plan.spans[0].rows) or (

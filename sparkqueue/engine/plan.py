@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = ["Strategy", "TakeFacts", "Rule", "TAKE_RULES", "COLLECT_UPTO", "plan_take",
-           "plan_order", "reads_inbox", "decision_table"]
+           "plan_order", "reads_inbox", "explained", "decision_table"]
 
 #: Choices of at most this many tasks are collected to the driver (one Spark job less);
 #: a take of sub-queue heads leases at most this many.

@@ -81,7 +81,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
     longer."""
     take = take_op(ctx)
     facts, upto = take_facts(ctx, n, acking, paired)
-    deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
+    deadline: float | None = None  # counted from the settling: each strategy after it
 
     def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
         files = file_stats(ctx)
@@ -118,6 +118,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         if strategy is not plan.Strategy.NEW_PUTS and not settled:
             settle_ended(ctx, ctx.now())  # tasks whose recorded lease ended are ready again
             settled = True
+            deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
         tried.append(strategy)
         got = run(strategy)
         if got is not None:
@@ -283,9 +284,9 @@ def sub_queue_plan(ctx: TubeContext, sess: SparkSession, files: dict[str, dict[s
     many = sum(kept[name]["rows"] for name in ready) > st.schema.HEAD_READ_ROWS
     key = st.head_key(kept.values(), now, n) if many else None
     if key is not None:
-        plan = choose_heads(ctx, sess, kept, ready, n, win, now, key)
-        if plan is None or plan.leases >= n:
-            return plan
+        chosen = choose_heads(ctx, sess, kept, ready, n, win, now, key)
+        if chosen is None or chosen.leases >= n:
+            return chosen
     return choose_heads(ctx, sess, kept, ready, n, win, now)
 
 
