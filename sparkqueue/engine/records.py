@@ -147,8 +147,9 @@ def held_records(ctx: TubeContext, path: str, version: int | None,
     """The records that the data files ``names`` of ``path`` (at ``version``; None:
     the newest) hold, by file: from the Queue's :class:`Memory`, the others read."""
     memory = ctx.memory
-    if any(memory.record(path, n) is None for n in names):
-        _read_records(ctx, path, version, [n for n in names if memory.record(path, n) is None])
+    unknown = [n for n in names if memory.record(path, n) is None]
+    if unknown:
+        _read_records(ctx, path, version, unknown)
     return {n: r for n in names if (r := memory.record(path, n)) is not None}
 
 
