@@ -124,8 +124,7 @@ def sweep_tube(queue: Queue, tube: Tube, sweep_id: str,
     )
     layout = tube.context.layout
     layout.create_stats_table(STATS_SCHEMA)
-    st.append(queue.spark.createDataFrame([snapshot], STATS_SCHEMA).write.format("delta")
-              .mode("append"), layout.stats)
+    st.append(queue.spark.createDataFrame([snapshot], STATS_SCHEMA), layout.stats)
     progress(f"{tube.name}: snapshot written")
     return {**expired, "purged": purged, "compacted": compacted or 0,
             "vacuumed": vacuumed or 0}
@@ -202,9 +201,9 @@ def purge(tube: Tube) -> int:
     The markers' DELETE conflicts only with ingests (appends, which never
     lose: the purge retries, and after PURGE_PATIENCE seconds of conflicts
     leaves the rest for the next pass). The inbox's removal of whole files
-    (:meth:`Layout.purge_inbox`) through the accelerator reads no data, so
-    by Delta's conflict rules puts do not abort it; without it, a DELETE by
-    put token, which by those rules puts committing meanwhile abort (the put
+    (:meth:`Store.purge_inbox`) by the accelerated store reads no data, so
+    by Delta's conflict rules puts do not abort it; the portable store's is a
+    DELETE by put token, which by those rules puts committing meanwhile abort (the put
     wins, the purge retries the same way; no race test shows it).
     """
     deadline = time.monotonic() + PURGE_PATIENCE
@@ -253,15 +252,14 @@ def compact(tube: Tube) -> int:
     task, so no take (which leases ready tasks, at or above the head) and no
     ack (of taken tasks) reads it. Each group of files is rewritten in one
     commit that changes no data (``dataChange=false``, as OPTIMIZE commits;
-    :meth:`Layout.rewrite_files`): Delta does not abort a concurrent take or
+    :meth:`Store.rewrite_files`): Delta does not abort a concurrent take or
     ack for it, since they read none of the files it removes, and the change
     feed has nothing to report. A commit that removed one of the files first
     (a kick, a delete) makes the rewrite conflict; it is retried.
     """
     layout = tube.context.layout
     path = layout.tasks(tube.context.key)
-    accelerator = layout.accelerator
-    if accelerator is None:  # no commit of chosen files without Delta's transaction API
+    if not layout.store.commits_files:  # Delta's SQL cannot name the files to rewrite
         return 0
 
     def attempt() -> int:
@@ -273,7 +271,7 @@ def compact(tube: Tube) -> int:
                       F.min(F.when(F.col("status").isin("ready", "taken"), F.col("task_id")))
                       .alias("live"))
                  .collect())
-        return sum(accelerator.rewrite_files(path, group)
+        return sum(layout.store.rewrite_files(path, group)
                    for group in cold_groups(files, tube.context.now()))
 
     return tube.context.retrying(attempt, what=f"compaction of {tube.name!r}")

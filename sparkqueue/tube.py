@@ -22,7 +22,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 from . import store as st
 from . import streaming, validate
 from .engine import ingest as ing
-from .engine import leased, ops, stats, verbs
+from .engine import ops, settle, stats, verbs
 from .engine import put as putting
 from .engine import records as recs
 from .engine import take as taking
@@ -81,20 +81,10 @@ class Tube:
         return [self]
 
     def apply_op(self, op: verbs.Op, tasks: Any, **kwargs: Any) -> DataFrame:
-        """Commit ``op`` on ``tasks`` (for the verbs, and a sharded tube's routing):
-        the tasks it changed in its commit (none: an empty DataFrame). An op on
-        the caller's own leases (``on_leases``) that names whole data files of
-        them commits without a MERGE (:func:`leased.on_whole_files`)."""
-        if op.on_leases and not kwargs.get("extra"):
-            tasks = validate.task_ids(tasks)  # bad ids fail here, before any commit
-            if st.is_dataframe(tasks):
-                tasks = ops.collected_ids(self._ctx, tasks)
-            if isinstance(tasks, list):
-                done = leased.on_whole_files(self._ctx, op, tasks,
-                                             self._ctx.who(kwargs.get("owner")))
-                if done is not None:
-                    return done
-        return ops.mutate(self._ctx, op, tasks, **kwargs) or ing.empty(self._ctx)
+        """Commit ``op`` on ``tasks`` (for the verbs, and a sharded tube's routing) by
+        its plan (:func:`settle.settle`): the tasks it changed in its commit
+        (none: an empty DataFrame)."""
+        return settle.settle(self._ctx, op, tasks, **kwargs)
 
     @overload
     def put(self, data: DataFrame | list[Any] | tuple[Any, ...], *, pri: Opt = None,

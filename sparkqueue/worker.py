@@ -20,8 +20,8 @@ from pyspark.sql import DataFrame
 
 from . import store as st
 from . import validate
-from .engine import leased, shards, verbs
-from .engine.take import take_once, take_with_acks
+from .engine import shards
+from .engine.take import take_once
 from .errors import InvalidOption, QueueError, Timeout
 
 if TYPE_CHECKING:
@@ -164,30 +164,20 @@ class Consumer:
         return self.progress
 
     def _take(self) -> DataFrame:
-        """The next batch, the previous batch's acks with it: in the take's commit when
-        the acks are whole files and the take is a head-file take or a take of new
-        puts (``engine.take.take_with_acks``: no acked data read); else removed
-        whole in a commit of their own; else in the take's MERGE (one MERGE per batch
-        instead of two). When that MERGE is refused (a lease lost while the handler
-        ran), the acks are tried alone, as without the pairing, then the take."""
+        """The next batch, the previous batch's acks with it: one take on their shard
+        whose plan commits them (:data:`engine.plan.TAKE_RULES`: in the take's
+        own commit where it rewrites files, removed whole just before, or in its
+        MERGE), then, when that shard had nothing ready, a take on the others.
+        When the take is refused (a lease lost while the handler ran) or loses
+        every try to other consumers, the acks are tried alone, as ``ack``
+        would, then the take."""
         tube, acks = self.tube, self._acks
         self._acks = []
         contexts = [part.context for part in tube.parts]  # a sharded tube's shards
         home = contexts[self._shard]  # where the previous batch came from
         who = home.who(self.owner)
         window = int(home.default("window") or 1)
-        if acks:  # with the take in one commit, when both are whole files
-            try:
-                batch = take_with_acks(home, self.batch_size, who, acks, window)
-            except Timeout:  # lost every try to other consumers: the acks go below
-                batch = None
-            if batch is not None:
-                self.progress.done += len(acks)
-                return batch
-        if acks and leased.on_whole_files(home, verbs.ACK, acks, who) is not None:  # no MERGE
-            self.progress.done += len(acks)
-            acks = []
-        if acks:  # with a take on their shard; when it finds nothing, committed alone
+        if acks:
             try:
                 batch = take_once(home, self.batch_size, who, window, acks, self.take_timeout)
             except QueueError:

@@ -119,11 +119,9 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                   upto: int, acking: list[int] | None = None) -> DataFrame | None:
     """:func:`take_fresh`'s one attempt."""
     layout = ctx.layout
-    accelerator = layout.accelerator
-    assert accelerator is not None
-    txn = accelerator.reading_all(path)
+    txn = layout.store.begin(path, read_all=True)
     now = ctx.now()
-    files = accelerator.files_read(txn, path)
+    files = txn.files
     if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
         return None
     cursor = layout.cursor(ctx.key)
@@ -131,12 +129,12 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
         ctx.ingested_upto = upto
         return None
     acked = layout.whole_leased_files(path, files, acking, who, now, ctx.shards) if acking else []
-    if acked is None or (acked and accelerator.keeps_feed(txn)):
+    if acked is None or (acked and txn.keeps_feed):
         return None  # not whole files, or the feed would miss their removal
     tag = CommitTag.new("ingest+take", plan=Strategy.NEW_PUTS.value)
     with layout.tagged(tag) as sess:
         plan = fresh_plan(ctx, sess, cursor, upto, n, now)
-        if not plan.spans or not accelerator.fits(txn, plan.spans[0].rows) or (
+        if not plan.spans or not txn.fits(plan.spans[0].rows) or (
                 acked and plan.head is None):
             return None  # (acks only where the take surely leases: nothing else commits)
         after, spans, head, _ = plan
@@ -158,17 +156,16 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             sess.conf.set(st.USER_METADATA, tag.json())
             run = id_run(lo, hi, ctx.shards, count)
             action = action_set(take, tag, lease_context(now, who))
-            record = (None if run is None or accelerator.keeps_feed(txn)
+            record = (None if run is None or txn.keeps_feed
                       else recorded(ctx, cursor, plan, (lo, hi), action, who, tag.token, now))
             if record is not None:  # the lease alone: one row
                 rows, local, changes = [], [records.record_row(record)], None
             else:
                 rows, changes = with_lease(spans, pending, chosen if run is None else (lo, hi),
                                            action)
-        version, written = accelerator.commit_ingest(txn, ctx.key, cursor, after, rows,
-                                                     changes, tag,
-                                                     {name: files[name] for name in acked},
-                                                     local, spans[0].rows.schema if local else None)
+        version, written = txn.ingest(ctx.key, cursor, after, rows, changes, tag,
+                                      {name: files[name] for name in acked},
+                                      local, spans[0].rows.schema if local else None)
     if after.version >= upto:
         ctx.ingested_upto = upto
     if picked is None:  # (never with acks: they go only with a take's known head)

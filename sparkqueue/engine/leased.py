@@ -8,10 +8,11 @@ File statistics then show that every guard passes (each row taken by the
 caller, its lease and ttl live), and the verb's commit needs no join: an ack
 or a delete removes the files whole, reading and writing no data; the others
 rewrite them with the op's SET applied, one Spark job (the write) where a
-MERGE runs about a dozen (``bench/profile_ops.py``). Anything else (a task
-not so held, files shared with other tasks, a table that keeps a change
-feed, no accelerator) goes the usual way, the MERGE of :mod:`.ops`, which
-also says what is wrong.
+MERGE runs about a dozen (``bench/profile_ops.py``). It is the settle plan's
+``whole-files`` strategy (:data:`.plan.SETTLE_RULES`), on a store that
+commits chosen files; anything else (a task not so held, files shared with
+other tasks, a table that keeps a change feed) goes the plan's next way, the
+MERGE of :mod:`.ops`, which also says what is wrong.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from ..store import CommitTag
 from .context import TubeContext
 from .fresh import acked_result
 from .ops import action_set, lease_context
+from .plan import Settle
 from .records import task_rows, with_action
-from .take import file_rows
 from .verbs import Op
 
 __all__ = ["on_whole_files"]
@@ -48,11 +49,10 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
     then sees the files gone and leaves the ids to the MERGE.
     """
     layout = ctx.layout
-    accelerator = layout.accelerator
-    if not ids or accelerator is None or not op.on_leases:
+    if not ids:
         return None
     path = layout.tasks(ctx.key)
-    tag = CommitTag.new(op.name)
+    tag = CommitTag.new(op.name, plan=Settle.WHOLE_FILES.value)
     removed: list[str] = []
 
     def attempt() -> int | None:
@@ -64,19 +64,18 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
             return names
 
         if op.action is None:  # (a lease record's file goes as its tasks' would)
-            return accelerator.remove_files(path, whole, tag, rows=len(ids))
-        txn = accelerator.start_transaction(path)
-        if accelerator.keeps_feed(txn):
+            return layout.store.remove_files(path, whole, tag, rows=len(ids))
+        txn = layout.store.begin(path)
+        if txn.keeps_feed:
             return None  # the feed's rows are Delta's to write: the MERGE's
-        files = accelerator.files_read(txn, path)
+        files = txn.files
         names = whole(files) if files else None
         if not files or not names:
             return None
         with layout.tagged(tag) as sess:
             rows = with_action(task_rows(ctx, sess, names, files),
                                action_set(op, tag, lease_context(now, who)))
-            version, written = accelerator.replace_files(path, txn, files, names, rows, tag,
-                                                         file_rows(len(ids)), len(ids))
+            version, written = txn.replace(names, rows, tag, st.file_rows(len(ids)), len(ids))
         if "status" not in op.action:  # still leased (a touch): their ack removes them whole
             layout.note_leased(path, [f["name"] for f in written], ids)
         return version

@@ -1,5 +1,6 @@
-"""The take's plan: which strategy a take tries first, and which after, from facts
-known before it reads any task. Pure: no Spark, no JVM (``make test-fast``).
+"""The plans of the take and of the verbs that settle tasks: which strategy is tried
+first, and which after, from facts known before any task is read. Pure: no
+Spark, no JVM (``make test-fast``).
 
 A take (:func:`sparkqueue.engine.take.take_once`) gathers :class:`TakeFacts`,
 asks :func:`plan_take` for a strategy and runs that strategy's executor. An
@@ -9,6 +10,9 @@ hold, the executor commits nothing and the take asks for the next strategy,
 the ones tried left out. :data:`TAKE_RULES` is the table, in order;
 :func:`decision_table` writes it as docs/design.md shows it, and
 ``Tube.explain_take`` reports a take's plan without taking anything.
+
+A settling verb on the caller's own leases (ack, release, touch, bury) plans
+alike: :class:`SettleFacts`, :data:`SETTLE_RULES`, :func:`plan_settle`.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = ["Strategy", "TakeFacts", "Rule", "TAKE_RULES", "COLLECT_UPTO", "plan_take",
-           "plan_order", "reads_inbox", "explained", "decision_table"]
+           "plan_order", "reads_inbox", "explained", "decision_table", "Settle",
+           "SettleFacts", "SETTLE_RULES", "plan_settle"]
 
 #: Choices of at most this many tasks are collected to the driver (one Spark job less);
 #: a take of sub-queue heads leases at most this many.
@@ -39,6 +44,9 @@ class Strategy(enum.Enum):
     #: the heads of free sub-queues chosen in one query over the snapshot's files that
     #: may hold a ready task or a lease; their files rewritten in one commit
     SUB_QUEUE_HEADS = "sub-queue-heads"
+    #: the acks riding along committed first, alone, by :data:`Settle.WHOLE_FILES`;
+    #: then the take planned again without them
+    ACKS_APART = "acks-apart"
     #: an ingest, then one UPDATE of an id range (when the chosen tasks are
     #: consecutive ids) or one MERGE of the choice (``engine.ops.apply``)
     STATEMENT = "update-or-merge"
@@ -48,13 +56,12 @@ class Strategy(enum.Enum):
 class TakeFacts:
     """What a take knows before it reads any task.
 
-    ``engine``: ``accelerated`` or ``portable``; ``head_only`` and
-    ``sub_queue_heads``: the driver's promises (it looks only at the lowest
-    ready tasks; at the heads of free sub-queues); ``puts_waiting``: whether
-    the inbox holds puts not ingested yet (None: not asked, see
-    :func:`reads_inbox`); ``n``: how many; ``acks``: a Consumer's previous
-    batch rides with the take; ``paired``: only a take that commits the acks
-    with it will do (a Consumer's first try: the statement is left out).
+    ``engine``: ``accelerated`` or ``portable`` (whether the store commits
+    chosen files); ``head_only`` and ``sub_queue_heads``: the driver's
+    promises (it looks only at the lowest ready tasks; at the heads of free
+    sub-queues); ``puts_waiting``: whether the inbox holds puts not ingested
+    yet (None: not asked, see :func:`reads_inbox`); ``n``: how many;
+    ``acks``: a Consumer's previous batch is acked by the take's commit.
     """
 
     engine: str
@@ -63,7 +70,6 @@ class TakeFacts:
     n: int
     puts_waiting: bool | None = None
     acks: bool = False
-    paired: bool = False
 
     @property
     def accelerated(self) -> bool:
@@ -72,23 +78,23 @@ class TakeFacts:
 
 @dataclass(frozen=True)
 class Rule:
-    """One row of the table: a strategy, when it applies (``when``: words for the
-    docs; ``applies``: the test) and why it goes there."""
+    """One row of a table: a strategy, when it applies (``when``: words for the
+    docs; ``applies``: the test, on the table's facts) and why it goes there."""
 
-    strategy: Strategy
+    strategy: enum.Enum
     when: str
     why: str
-    applies: Callable[[TakeFacts], bool]
+    applies: Callable[[Any], bool]
 
 
 def _new_puts_static(f: TakeFacts) -> bool:
-    return f.accelerated and (f.head_only or (f.sub_queue_heads and not f.paired))
+    return f.accelerated and (f.head_only or (f.sub_queue_heads and not f.acks))
 
 
 TAKE_RULES: tuple[Rule, ...] = (
     Rule(Strategy.NEW_PUTS,
-         "accelerated; puts wait in the inbox; a `head_only` or `sub_queue_heads` driver "
-         "(`head_only` alone for a `Consumer`'s paired take)",
+         "accelerated; puts wait in the inbox; a `head_only` driver, or a "
+         "`sub_queue_heads` one with no acks riding along",
          "each new task written once, leased, in one commit; its executor goes on only "
          "where statistics show no ready task in the tasks table",
          lambda f: _new_puts_static(f) and bool(f.puts_waiting)),
@@ -104,30 +110,39 @@ TAKE_RULES: tuple[Rule, ...] = (
          "commit has read the whole table; its executor goes on only without a change feed",
          lambda f: f.accelerated and f.sub_queue_heads and not f.head_only
          and f.n <= COLLECT_UPTO),
+    Rule(Strategy.ACKS_APART,
+         "accelerated; acks ride along",
+         "acks that are whole files cost no data read alone, where riding the statement "
+         "would have its MERGE read them; its executor goes on only where they are such files",
+         lambda f: f.accelerated and f.acks),
     Rule(Strategy.STATEMENT,
-         "not a `Consumer`'s paired take",
+         "always",
          "SQL alone: the portable engine's take, and every take the others turned down; "
          "an UPDATE of the id range when the chosen tasks are consecutive ids, no acks "
-         "ride along and the driver is fifo-type, else a MERGE",
-         lambda f: not f.paired),
+         "ride along and the driver is fifo-type, else a MERGE (with the acks)",
+         lambda f: True),
 )
+
+
+def _first(rules: tuple[Rule, ...], facts: Any, tried: Iterable[enum.Enum]) -> Any:
+    done = set(tried)
+    return next((r.strategy for r in rules if r.strategy not in done and r.applies(facts)),
+                None)
 
 
 def plan_take(facts: TakeFacts, tried: Iterable[Strategy] = ()) -> Strategy | None:
     """The first strategy of :data:`TAKE_RULES` that applies to ``facts`` and was not
-    ``tried`` yet; None when none is left (the take commits nothing)."""
-    done = set(tried)
-    for rule in TAKE_RULES:
-        if rule.strategy not in done and rule.applies(facts):
-            return rule.strategy
-    return None
+    ``tried`` yet; None when none is left."""
+    return _first(TAKE_RULES, facts, tried)  # type: ignore[no-any-return]
 
 
-def plan_order(facts: TakeFacts) -> list[Strategy]:
-    """Every strategy a take with ``facts`` would try, in order, were each to turn
-    the take down."""
-    order: list[Strategy] = []
-    while (strategy := plan_take(facts, order)) is not None:
+def plan_order(facts: TakeFacts | SettleFacts) -> list[Any]:
+    """Every strategy a take (or a settling verb) with ``facts`` would try, in order,
+    were each to turn it down."""
+    plan: Callable[[Any, list[Any]], Any] = (plan_take if isinstance(facts, TakeFacts)
+                                             else plan_settle)
+    order: list[Any] = []
+    while (strategy := plan(facts, order)) is not None:
         order.append(strategy)
     return order
 
@@ -146,9 +161,57 @@ def explained(facts: TakeFacts) -> dict[str, Any]:
             "facts": asdict(facts)}
 
 
-def decision_table() -> str:
-    """:data:`TAKE_RULES` as a Markdown table (docs/design.md holds it verbatim)."""
+def decision_table(rules: tuple[Rule, ...] | None = None) -> str:
+    """A table of rules (:data:`TAKE_RULES` by default) in Markdown, as
+    docs/design.md holds it verbatim."""
     rows = ["| # | strategy | applies when | why |", "| --- | --- | --- | --- |"]
     rows += [f"| {k} | `{r.strategy.value}` | {r.when} | {r.why} |"
-             for k, r in enumerate(TAKE_RULES, 1)]
+             for k, r in enumerate(TAKE_RULES if rules is None else rules, 1)]
     return "\n".join(rows)
+
+
+class Settle(enum.Enum):
+    """How a settling verb commits; the value is what its commit's tag names (``plan``)."""
+
+    #: the named tasks fill whole data files of the caller's live leases: those files
+    #: removed (ack) or rewritten with the verb's SET, in one commit that joins
+    #: nothing (``engine.leased``)
+    WHOLE_FILES = "whole-files"
+    #: one MERGE of the named tasks; its guards say what is wrong (``engine.ops``)
+    STATEMENT = "merge"
+
+
+@dataclass(frozen=True)
+class SettleFacts:
+    """What a settling verb knows before it reads any task.
+
+    ``engine``: as :class:`TakeFacts`'; ``on_leases``: the verb's guard passes
+    on every task the caller holds with a live lease and its SET reads only the
+    task's own row (``Op.on_leases``: ack, release, touch, bury); ``listed``:
+    the tasks are a list of ids (a DataFrame of ids too many to collect is
+    joined); ``value``: the verb writes a value of the caller's (``done``)."""
+
+    engine: str
+    on_leases: bool
+    listed: bool = True
+    value: bool = False
+
+
+SETTLE_RULES: tuple[Rule, ...] = (
+    Rule(Settle.WHOLE_FILES,
+         "accelerated; a verb on the caller's own leases; ids listed; no value written",
+         "a take writes the tasks it leases into files of their own, so a batch acked as "
+         "taken is whole files: removed reading no data; its executor goes on only where "
+         "file statistics show them so, with no change feed",
+         lambda f: f.engine == "accelerated" and f.on_leases and f.listed and not f.value),
+    Rule(Settle.STATEMENT,
+         "always",
+         "every verb and every case: the guards refuse what must not change",
+         lambda f: True),
+)
+
+
+def plan_settle(facts: SettleFacts, tried: Iterable[Settle] = ()) -> Settle | None:
+    """The first strategy of :data:`SETTLE_RULES` that applies to ``facts`` and was not
+    ``tried`` yet."""
+    return _first(SETTLE_RULES, facts, tried)  # type: ignore[no-any-return]

@@ -253,14 +253,9 @@ def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, in
     """Append ``rows`` to the inbox tagged ``tag`` (idempotent with ``txn``);
     False when it conflicted with a put that records the same transaction id.
     ``first``: the tube's first put, which gives it its payload schema."""
-    writer = (rows.write.format("delta").mode("append").option("userMetadata", tag.json())
-              .option("maxRecordsPerFile", st.schema.INBOX_FILE_ROWS))
-    if txn is not None:
-        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
-    if first:
-        writer = writer.option("mergeSchema", "true")
     try:
-        st.append(writer, ctx.layout.inbox(ctx.key))
+        st.append(rows, ctx.layout.inbox(ctx.key), tag=tag,
+                  file_rows=st.schema.INBOX_FILE_ROWS, txn=txn, new_columns=first)
     except Exception as e:
         bad = BAD_ROW.search(str(e))
         if bad is not None:

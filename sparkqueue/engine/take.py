@@ -21,6 +21,7 @@ from . import plan, verbs
 from .context import TubeContext
 from .fresh import leased_result, noting_leased, take_fresh
 from .ingest import empty, ingest
+from .leased import on_whole_files
 from .ops import (
     Chosen,
     action_set,
@@ -50,13 +51,13 @@ def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
 
 
 def take_facts(ctx: TubeContext, n: int, acking: list[int] | None = None,
-               paired: bool = False) -> tuple[plan.TakeFacts, int | None]:
+               ) -> tuple[plan.TakeFacts, int | None]:
     """What a take of ``n`` knows before it reads any task (:class:`plan.TakeFacts`),
     and the inbox's newest version where the plan needs it (None: not read)."""
     driver = ctx.driver
     facts = plan.TakeFacts(engine=ctx.layout.engine, head_only=driver.head_only,
                            sub_queue_heads=driver.sub_queue_heads, n=n,
-                           acks=bool(acking), paired=paired)
+                           acks=bool(acking))
     if not plan.reads_inbox(facts):
         return facts, None
     upto = ctx.layout.latest_version(ctx.layout.inbox(ctx.key))
@@ -71,16 +72,16 @@ def explain_take(ctx: TubeContext, n: int) -> dict[str, Any]:
 
 
 def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | None = None,
-              wait: float = 0.0, paired: bool = False) -> DataFrame | None:
+              wait: float = 0.0) -> DataFrame | None:
     """One attempt of :func:`take`, without waiting for tasks: the leased tasks, or
-    None when none was ready (the ``acking`` ids are then acked alone; with
-    ``paired``, when no strategy could commit them with the take, None having
-    committed nothing). The strategies are :func:`plan.plan_take`'s, each
-    tried until one commits; each commit's tag names its strategy (``plan``).
-    Conflicts are retried for the tube's conflict timeout, or ``wait`` when
-    longer."""
+    None when none was ready. ``acking``: ids (sorted, distinct) of ``who``'s
+    leases acked by the take's commit or just before it, all or nothing, as
+    :meth:`ack` would (a Consumer's previous batch); acked also when none was
+    ready. The strategies are :func:`plan.plan_take`'s, each tried until one
+    commits; each commit's tag names its strategy (``plan``). Conflicts are
+    retried for the tube's conflict timeout, or ``wait`` when longer."""
     take = take_op(ctx)
-    facts, upto = take_facts(ctx, n, acking, paired)
+    facts, upto = take_facts(ctx, n, acking)
     deadline: float | None = None  # counted from the settling: each strategy after it
 
     def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
@@ -105,6 +106,12 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         if strategy is plan.Strategy.NEW_PUTS:
             assert upto is not None
             return take_fresh(ctx, take, n, win, who, acking, upto)
+        if strategy is plan.Strategy.ACKS_APART:
+            assert acking
+            if on_whole_files(ctx, verbs.ACK, acking, who) is None:
+                return None  # not whole files: they ride the statement
+            got = take_once(ctx, n, who, win, None, wait)
+            return NONE_READY if got is None else got
         if strategy is not plan.Strategy.STATEMENT:
             return take_files(ctx, take, n, who, acking, deadline, win)
         done = apply(ctx, take, None, owner=who, chooser=chooser, deadline=deadline,
@@ -130,17 +137,6 @@ def take_op(ctx: TubeContext) -> Op:
     """A take's state change on this tube (:func:`verbs.take`): exclusive per
     sub-queue on a utube tube."""
     return verbs.take(ctx.driver.uses_utube)
-
-
-def take_with_acks(ctx: TubeContext, n: int, who: str, acking: list[int],
-                   win: int = 1) -> DataFrame | None:
-    """Up to ``n`` tasks taken in a commit that also acks ``acking`` (whole files of
-    ``who``'s leases): :func:`take_files` carrying a consumer's previous batch,
-    so that a batch costs one commit that reads no acked data; or, with puts not
-    yet ingested, :func:`take_fresh`'s one commit that ingests the tasks it
-    leases. None, having committed nothing, where neither applies (the plan of
-    a ``paired`` take: :data:`plan.TAKE_RULES`)."""
-    return take_once(ctx, n, who, win, acking, paired=True)
 
 
 class NoneReady:
@@ -176,9 +172,11 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     own, the others into others; ``acking``, when those are whole files
     (:meth:`Layout.whole_leased_files`), are removed by the same commit.
 
-    With the accelerator, on a table that keeps no change feed, and a driver
-    that looks only at ready tasks (``head_only``) or at the heads of free
-    sub-queues (``sub_queue_heads``). An UPDATE would
+    Where the store commits chosen files, on a table that keeps no change
+    feed, and a driver that looks only at ready tasks (``head_only``) or at
+    the heads of free sub-queues (``sub_queue_heads``; a take of at most
+    ``COLLECT_UPTO``): the plan's ``head-files`` and ``sub-queue-heads``
+    strategies (:data:`plan.TAKE_RULES`). An UPDATE would
     write each leased task into a file with the ready ones it shared a
     file with, so its ack would read and rewrite them all again; here the
     ack removes the leased files whole, reading no data. For ``head_only``
@@ -196,7 +194,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     same head), and so does one that added files (Delta checks a table
     without partitions as read whole: an ingest, another consumer's take).
     A sub-queue take's transaction has read the whole table
-    (:meth:`Accelerator.reading_all`): any commit after its snapshot makes
+    (``read_all``, :meth:`Store.begin`): any commit after its snapshot makes
     it conflict, so the leases it saw stay true until it commits, and a
     sub-queue is never leased twice. The take then tries again on fresh
     statistics (the next head) until ``deadline``, each try an ingest
@@ -206,19 +204,16 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     cheaper head-file takes until its tries ran out.
     """
     layout = ctx.layout
-    accelerator = layout.accelerator
     heads = ctx.driver.sub_queue_heads and not ctx.driver.head_only
-    if accelerator is None or not (ctx.driver.head_only or (heads and n <= COLLECT_UPTO)):
-        return None
     path = layout.tasks(ctx.key)
 
     def attempt() -> DataFrame | NoneReady | None:
         ingest(ctx)  # a conflict with another's ingest is retried as the commit's is
-        txn = accelerator.reading_all(path) if heads else accelerator.start_transaction(path)
-        if accelerator.keeps_feed(txn):
+        txn = layout.store.begin(path, read_all=heads)
+        if txn.keeps_feed:
             return None  # the feed's rows are Delta's to write
         now = ctx.now()
-        files = accelerator.files_read(txn, path)
+        files = txn.files
         acked = (layout.whole_leased_files(path, files, acking, who, now, ctx.shards)
                  if acking and files else [])
         if files is None or acked is None:
@@ -238,8 +233,7 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
             leased = (leasing(rows, take, tag, n, files_plan.held, who, now)
                       if files_plan.ids is None
                       else leasing_ids(rows, take, tag, files_plan.ids, ctx.shards, who, now))
-            version, written = accelerator.replace_files(
-                path, txn, files, files_plan.names + acked, leased, tag, file_rows(n))
+            version, written = txn.replace(files_plan.names + acked, leased, tag, st.file_rows(n))
         run = noting_leased(ctx, written, files_plan.leases, files_plan.ids)
         return leased_result(ctx, version, tag.token, (files_plan.lo, files_plan.hi), run,
                              acking, acked)
@@ -347,23 +341,6 @@ def holds_any(f: dict[str, Any], ids: list[int]) -> bool:
         return True
     at = bisect.bisect_left(ids, lo)
     return at < len(ids) and ids[at] <= hi
-
-
-def file_rows(n: int) -> int:
-    """The most rows per file a head-file take of ``n`` writes: ``n``, at least
-    ``TAKE_FILE_ROWS`` and at most ``TASK_FILE_ROWS`` (``store.schema``).
-
-    When the files it read hold more than ``n`` tasks, its leased tasks then
-    fill one file (up to that most), which their ack removes whole, and the
-    ready ones it rewrites are cut into files of that size in their order,
-    so that the next takes of ``n`` (from 1,000 to 20,000) take whole files:
-    no window to choose within a file, and no ready rows rewritten beside
-    the leased ones (a file of 20,000 drained 1,000 at a time was rewritten
-    twenty times). The floor keeps small takes from cutting a tube into
-    tiny files. A take of sub-queue heads writes alike: its leased tasks in
-    files of their own, the other rows of the files it chose from cut so.
-    """
-    return min(max(n, st.schema.TAKE_FILE_ROWS), st.schema.TASK_FILE_ROWS)
 
 
 def leasing(rows: DataFrame, take: Op, tag: CommitTag, n: int, count: int, who: str,

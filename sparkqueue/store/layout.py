@@ -22,7 +22,7 @@ holds the next task id). Cursors only grow, so Delta skips an ingest from a
 cursor at or below one already ingested from: a task is never ingested
 twice, even after it was acked and removed. A take that finds no ready task
 in the tasks table may ingest and lease in one commit instead
-(``ingest+take``, :meth:`Accelerator.commit_ingest`), which records the same
+(``ingest+take``, :meth:`Transaction.ingest`), which records the same
 transaction id.
 
 Every commit is tagged with ``commitInfo.userMetadata`` (JSON: the operation
@@ -35,7 +35,6 @@ change data feed serves only ``Tube.changes`` and a tube may keep none.
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -55,6 +54,8 @@ from .frames import is_dataframe
 from .jvm import HadoopFiles, delta_classes, jvm_of
 from .log import LogReader, commit_info
 from .paths import NO_TABLE, append, shard_key
+from .portable import PortableStore
+from .protocol import Store
 from .schema import (
     CHECKPOINT_INTERVAL,
     COMMITS_PER_CHECKPOINT,
@@ -69,21 +70,19 @@ from .schema import (
     parse_tag,
 )
 from .sql import with_ids
-from .tables import FEED, delete, ingest_frame, sql_table
-from .txn import Accelerator
+from .tables import FEED, ingest_frame, sql_table
+from .txn import AcceleratedStore
 
 #: The engines a Layout can run: Delta's SQL and Spark's readers only, or those
 #: with Delta's transaction API and Hadoop's FileSystem in the driver's JVM.
 ENGINES = ("portable", "accelerated")
 
-#: Puts named by one DELETE of a purge of the inbox (:meth:`Layout.purge_inbox`).
-PURGE_TOKENS = 1_000
-
 
 class Layout(LogReader):
     """Paths, tables and reads of one queue root (its log part is
-    :class:`~sparkqueue.store.log.LogReader`), with the JVM accelerator
-    (:class:`~sparkqueue.store.txn.Accelerator`) where there is one.
+    :class:`~sparkqueue.store.log.LogReader`), with its
+    :class:`~sparkqueue.store.protocol.Store`: the accelerated store where there
+    is a JVM with Delta's classes, the portable store otherwise.
 
     ``engine``: None chooses, here and only here: ``accelerated`` when the
     session is classic (it has a JVM) and Delta's classes are in it,
@@ -102,14 +101,16 @@ class Layout(LogReader):
         if engine == "accelerated" and jvm is None:
             raise NotSupported("the accelerated engine needs a classic SparkSession with "
                                "open-source Delta's classes; use engine='portable'")
-        super().__init__(spark, root, SparkFiles(spark) if jvm is None
-                         else HadoopFiles(spark, jvm))
-        self.accelerator = None if jvm is None else Accelerator(self, jvm)
+        files = SparkFiles(spark) if jvm is None else HadoopFiles(spark, jvm)
+        super().__init__(spark, root, files)
+        #: the primitives that differ by engine (:mod:`.protocol`), chosen here once
+        self.store: Store = (PortableStore(self, files) if jvm is None
+                             else AcceleratedStore(self, files, jvm))
 
     @property
     def engine(self) -> str:
         """``accelerated`` or ``portable``: see the class."""
-        return "portable" if self.accelerator is None else "accelerated"
+        return self.store.engine
 
     def create_registry(self) -> None:
         """Create the registry of a new root. A root whose registry is gone while its
@@ -130,22 +131,17 @@ class Layout(LogReader):
     def read_registry(self) -> DataFrame:
         """The registry's rows at its newest version.
 
-        With the accelerator, read as the Parquet files its checksum file lists
-        (the log's files through the JVM, no Spark job), in one Spark job: a
-        Delta read of a version not read before rebuilds that version's state
-        first (two jobs more), and the registry changes at every create and
-        drop. A Delta read where the checksum does not list the files, or a
-        file has a deletion vector.
+        Where the store lists its files without a Spark job
+        (:meth:`Store.listed_files`), read as those Parquet files, in one Spark
+        job: a Delta read of a version not read before rebuilds that version's
+        state first (two jobs more), and the registry changes at every create
+        and drop.
         """
-        if self.accelerator is not None:
-            version = self.latest_version(self.registry)
-            text = self.files.read(self.log_file(self.registry, f"{version:020d}.crc"))
-            listed = None if text is None else json.loads(text).get("allFiles")
-            if listed is not None and not any(a.get("deletionVector") for a in listed):
-                if not listed:
-                    return self.spark.createDataFrame([], REGISTRY_SCHEMA)
-                return self.read_files(self.registry, [a["path"] for a in listed],
-                                       REGISTRY_SCHEMA)
+        listed = self.store.listed_files(self.registry, self.latest_version(self.registry))
+        if listed is not None:
+            if not listed:
+                return self.spark.createDataFrame([], REGISTRY_SCHEMA)
+            return self.read_files(self.registry, listed, REGISTRY_SCHEMA)
         return self.read(self.registry)
 
     def create_stats_table(self, schema: T.StructType) -> None:
@@ -208,10 +204,8 @@ class Layout(LogReader):
         Spark jobs, about 0.5 s of a 30,000-task ingest's 1.6 s here): Delta
         4.4 reads transaction ids from the state, not from its checksum files.
         """
-        append(ingest_frame(runs, cursor).write.format("delta").mode("append")
-               .option("txnAppId", INGEST_TXN).option("txnVersion", since.txn_version())
-               .option("mergeSchema", "true")
-               .option("maxRecordsPerFile", schema.TASK_FILE_ROWS), self.tasks(tube))
+        append(ingest_frame(runs, cursor), self.tasks(tube), file_rows=schema.TASK_FILE_ROWS,
+               txn=(INGEST_TXN, since.txn_version()), new_columns=True)
 
     def read_files(self, path: str, names: list[str], schema: T.StructType | None,
                    spark: SparkSession | None = None) -> DataFrame:
@@ -301,11 +295,11 @@ class Layout(LogReader):
 
         The statistics Delta keeps per file (row count, min/max per column),
         from :meth:`files_at`; where that does not know them, from the
-        snapshot's state through the accelerator (as data skipping does), or
-        without it from the log's last checkpoint (:meth:`checkpoint_stats`):
-        no data file opened, one small Spark job, plus the state's own rebuild
-        when no read of this version has cached it yet; later calls replay
-        only the commits made since. Where neither is known, ``[]``: takes
+        store (:meth:`Store.load_file_stats`: a snapshot's state, as data
+        skipping reads it, or the log's last checkpoint): no data file opened,
+        one small Spark job, plus the state's own rebuild when no read of this
+        version has cached it yet; later calls replay only the commits made
+        since. Where neither is known, ``[]``: takes
         then read every ready task. A table of at most schema.FEW_FILES files
         gets no statistics either: reading them all costs less than choosing
         among them. ``latest``: the version to read them at (None: the newest).
@@ -316,66 +310,17 @@ class Layout(LogReader):
         if files is None:
             if 0 <= self.file_count(path, latest) <= schema.FEW_FILES:
                 return []
-            loaded = (self.checkpoint_stats(path, latest) if self.accelerator is None
-                      else self.accelerator.load_file_stats(path))
+            loaded = self.store.load_file_stats(path, latest)
             if loaded is not None:
                 self._stats_by_file[path] = loaded
             files = None if loaded is None else loaded[1]
         return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
 
     def purge_inbox(self, tube: str, cursor: Cursor, held: Sequence[PutFile] = ()) -> int:
-        """Remove the inbox rows of the puts up to ``cursor`` (ingested); rows removed.
-
-        The accelerator removes their files in one commit that reads no data.
-        Without it, a DELETE names the puts by the token each of their rows
-        carries (``put_token``): a put's rows fill whole files, so Delta
-        removes those files and rewrites none, and the rows not yet ingested
-        keep their places (half their task ids). The tokens deleted are those
-        in the table less those of the puts after ``cursor``, whose commits
-        are read after the table: a put the read saw is ingested or among
-        them (and when one of those commits is gone from the log, nothing is
-        purged). An inbox made before its rows carried tokens is left as it is.
-        ``held``: put files that lease records still read (``engine.records``),
-        kept whatever the cursor.
-        """
-        if self.accelerator is not None:
-            return self.accelerator.purge_inbox(tube, cursor, held)
-        if not self.inbox_has_tokens(tube):
-            return 0
-        inbox = self.inbox(tube)
-        present = {r[0] for r in self.read(inbox).where("put_token IS NOT NULL")
-                   .select("put_token").distinct().collect()}
-        latest = self.latest_version(inbox)
-        since = min([cursor.version, *[f.version - 1 for f in held]])
-        infos = self.commit_infos(inbox, since, upto=latest)
-        if [v for v, _ in infos] != list(range(since + 1, latest + 1)):
-            return 0  # a commit after the cursor is gone from the log: its puts unknown
-        tags = [parse_tag(info.get("userMetadata")) for _, info in infos]
-        pending = {t.get("tok") for t in tags if t is not None and t["sq"] == "put"}
-        done = sorted(present - pending)
-        removed = 0
-        for at in range(0, len(done), PURGE_TOKENS):
-            chunk = ", ".join(f"'{t}'" for t in done[at:at + PURGE_TOKENS]
-                              if re.fullmatch(r"[0-9a-f]{32}", t))
-            if not chunk:
-                continue
-            tag = CommitTag.new("purge")
-            before = self.latest_version(inbox)
-            with self.tagged(tag) as sess:
-                delete(sess, inbox, f"put_token IN ({chunk})")
-            found = self.commit_of(inbox, tag.token, before)
-            removed += int((found or (0, {}))[1].get("numDeletedRows", 0))
-        return removed
-
-    def inbox_has_tokens(self, tube: str) -> bool:
-        """Whether the inbox rows of ``tube`` carry their put's token (``put_token``):
-        every inbox made since the column was added does; puts write it and
-        the portable purge deletes by it. Read from the table's schema, once."""
-        inbox = self.inbox(tube)
-        found = self._put_tokens.get(inbox)
-        if found is None:
-            found = self._put_tokens[inbox] = "put_token" in self.read(inbox).columns
-        return found
+        """Remove the inbox rows of the puts up to ``cursor`` (ingested) but those of
+        the put files ``held`` (lease records read them, ``engine.records``);
+        rows removed (:meth:`Store.purge_inbox`)."""
+        return self.store.purge_inbox(tube, cursor, held)
 
     def last_tag_value(self, path: str, key: str) -> int:
         """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when

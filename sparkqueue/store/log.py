@@ -69,7 +69,7 @@ class LogReader(Paths):
         self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
         # tasks path: its columns as its data files hold them, see Layout.task_file_schema
         self._file_schemas: dict[str, T.StructType] = {}
-        # inbox path: whether its rows carry their put's token, see Layout.inbox_has_tokens
+        # inbox path: whether its rows carry their put's token, see inbox_has_tokens
         self._put_tokens: dict[str, bool] = {}
         # (table path, tag key): (version read up to, value), see last_tag_value
         self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
@@ -359,6 +359,16 @@ class LogReader(Paths):
         """:func:`filestats.whole_files` of the tasks table at ``path``, with the
         groups of files this process knows the rows of (:meth:`note_leased`)."""
         return whole_files(files, ids, owner, now, step, self._leased.get(path))
+
+    def inbox_has_tokens(self, tube: str) -> bool:
+        """Whether the inbox rows of ``tube`` carry their put's token (``put_token``):
+        every inbox made since the column was added does; puts write it and
+        the portable purge deletes by it. Read from the table's schema, once."""
+        inbox = self.inbox(tube)
+        found = self._put_tokens.get(inbox)
+        if found is None:
+            found = self._put_tokens[inbox] = "put_token" in self.read(inbox).columns
+        return found
 
     def checkpoint_stats(self, path: str, latest: int | None = None,
                          ) -> tuple[int, dict[str, dict[str, Any]]] | None:

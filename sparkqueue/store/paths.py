@@ -146,7 +146,29 @@ def read_stream(spark: SparkSession, ref: str, options: dict[str, str]) -> DataF
     return reader.load(ref) if is_path(ref) else reader.table(ref)
 
 
-def append(writer: DataFrameWriter, ref: str) -> None:
+def append(frame: DataFrame, ref: str, *, tag: CommitTag | None = None,
+           file_rows: int | None = None, txn: tuple[str, int] | None = None,
+           new_columns: bool = False) -> None:
+    """Append ``frame`` to the Delta table ``ref`` (a path or a table name).
+
+    ``tag``: the commit's userMetadata; ``file_rows``: the most rows a file
+    holds; ``txn``: (application id, version), which makes the append
+    idempotent (Delta skips a version at or below one its log records for the
+    application); ``new_columns``: the append may add columns (``mergeSchema``).
+    """
+    writer = frame.write.format("delta").mode("append")
+    if tag is not None:
+        writer = writer.option("userMetadata", tag.json())
+    if file_rows is not None:
+        writer = writer.option("maxRecordsPerFile", file_rows)
+    if txn is not None:
+        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+    if new_columns:
+        writer = writer.option("mergeSchema", "true")
+    save(writer, ref)
+
+
+def save(writer: DataFrameWriter, ref: str) -> None:
     """Run ``writer`` (format, mode and options set) into the table ``ref``."""
     if is_path(ref):
         writer.save(ref)
@@ -165,7 +187,7 @@ _LOCK = threading.Lock()
 #: deterministic: copying them first is waste. A union keeps its inputs'
 #: partitions apart (Spark would merge them pairwise where the inputs are
 #: partitioned alike), so rows a write keeps in separate inputs get files of
-#: their own: a take's leased tasks apart from the others (``Accelerator.replace_files``).
+#: their own: a take's leased tasks apart from the others (``Transaction.replace``).
 #: Parquet without dictionaries: task ids (and many payloads) are unique per row,
 #: and a file of 20,000 rows stays under the dictionary's size limit, so the
 #: writer builds a dictionary as big as the column for nothing.

@@ -127,6 +127,23 @@ CHECKPOINT_INTERVAL = "delta.checkpointInterval"
 TAKE_FILE_ROWS = 1_000
 
 
+def file_rows(n: int) -> int:
+    """The most rows per file a head-file take of ``n`` writes: ``n``, at least
+    ``TAKE_FILE_ROWS`` and at most ``TASK_FILE_ROWS``.
+
+    When the files it read hold more than ``n`` tasks, its leased tasks then
+    fill one file (up to that most), which their ack removes whole, and the
+    ready ones it rewrites are cut into files of that size in their order,
+    so that the next takes of ``n`` (from 1,000 to 20,000) take whole files:
+    no window to choose within a file, and no ready rows rewritten beside
+    the leased ones (a file of 20,000 drained 1,000 at a time was rewritten
+    twenty times). The floor keeps small takes from cutting a tube into
+    tiny files. A take of sub-queue heads writes alike: its leased tasks in
+    files of their own, the other rows of the files it chose from cut so.
+    """
+    return min(max(n, TAKE_FILE_ROWS), TASK_FILE_ROWS)
+
+
 #: Tables of at most this many files are read whole by a take: choosing files by
 #: their statistics costs a Spark job, more than reading a few small files.
 FEW_FILES = 8

@@ -1,4 +1,5 @@
-"""Delta's transaction API (DeltaLog, OptimisticTransaction): the JVM accelerator.
+"""The accelerated store: Delta's transaction API (DeltaLog, OptimisticTransaction)
+in the driver's JVM (:mod:`.protocol`).
 
 Commits that Delta's public API cannot make: an ingest and a take in one
 append that declares it read the whole table, removals of chosen files (an
@@ -23,9 +24,11 @@ from pyspark.sql import types as T
 from ..errors import StorageError
 from . import schema, smallfiles
 from .dialect import Dialect
+from .files import LogFiles
 from .filestats import FILE_STATS, stats_of
 from .log import LogReader
 from .paths import settings
+from .protocol import Files
 from .schema import (
     CHANGE_TYPE,
     INGEST_TXN,
@@ -37,60 +40,103 @@ from .schema import (
 from .tables import FEED, ingest_frame, marker_row
 
 
-class Accelerator:
-    """Delta's transaction API for a root's tables: held by a
-    :class:`~sparkqueue.store.layout.Layout` of a classic session where Delta's
-    classes are there (:func:`sparkqueue.store.jvm.delta_classes`); reads the
-    log through that layout's :class:`LogReader`."""
+class DeltaTransaction:
+    """A :class:`~sparkqueue.store.protocol.Transaction`: Delta's
+    OptimisticTransaction on a tasks table (``txn``, a JVM object that stays in
+    here), begun by :meth:`AcceleratedStore.begin`."""
 
-    def __init__(self, log: LogReader, jvm: Any) -> None:
+    def __init__(self, store: AcceleratedStore, path: str, txn: Any) -> None:
+        self._store = store
+        self._path = path
+        self._txn = txn
+        self.version = int(txn.snapshot().version())
+        self._files: Files | None | bool = False  # read when first asked
+
+    @property
+    def files(self) -> Files | None:
+        """The snapshot's data files with their statistics (:meth:`LogReader.files_at`):
+        what the commit is checked against."""
+        if self._files is False:
+            self._files = self._store.log.files_at(self._path, self.version)
+        return self._files  # type: ignore[return-value]
+
+    @property
+    def keeps_feed(self) -> bool:
+        return _keeps_feed(self._txn)
+
+    def fits(self, frame: DataFrame) -> bool:
+        """Whether ``frame`` has the table's columns, by name and type, or those and
+        a payload (``data``, last) where the table has none yet (a new tube's
+        first ingest: :meth:`ingest` adds it as ``mergeSchema`` would; an
+        append in a transaction cannot evolve the schema otherwise)."""
+        table = fields_of(_schema(self._txn))
+        have = fields_of(frame.schema)
+        if "data" not in dict(table) and have and have[-1][0] == "data":
+            have = have[:-1]
+        return have == table
+
+    def ingest(self, tube: str, since: Cursor, cursor: Cursor, runs: list[DataFrame],
+               changes: DataFrame | None, tag: CommitTag, removed: Files | None = None,
+               local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
+               ) -> tuple[int, list[dict[str, Any]]]:
+        """:meth:`AcceleratedStore.commit_ingest` in this transaction."""
+        return self._store.commit_ingest(self._txn, tube, since, cursor, runs, changes, tag,
+                                         removed, local, like)
+
+    def replace(self, removed: list[str], rows: DataFrame, tag: CommitTag, file_rows: int,
+                updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
+        """:meth:`AcceleratedStore.replace_files` in this transaction."""
+        files = self.files
+        assert files is not None, "a replace needs the snapshot's file statistics"
+        return self._store.replace_files(self._path, self._txn, files, removed, rows, tag,
+                                         file_rows, updated_rows)
+
+
+class AcceleratedStore:
+    """The :class:`~sparkqueue.store.protocol.Store` of Delta's transaction API, for a
+    root's tables on a classic session where Delta's classes are there
+    (:func:`sparkqueue.store.jvm.delta_classes`); reads the log through that
+    root's :class:`LogReader` (``log``), its small files through Hadoop's
+    FileSystem (``files``)."""
+
+    engine = "accelerated"
+    commits_files = True
+
+    def __init__(self, log: LogReader, files: LogFiles, jvm: Any) -> None:
         self.log = log
+        self.files = files
         self.spark = log.spark
         self.jvm = jvm
         self._path_class = jvm.org.apache.hadoop.fs.Path  # looked up once: a py4j call a name
         self.dialect = Dialect(jvm)
 
-    def reading_all(self, path: str) -> Any:
-        """A Delta transaction on the newest snapshot of ``path`` that has read all of it.
-
-        Any commit made after its snapshot then makes its own commit conflict
-        (Delta's Serializable check: files added or removed that it read), so
-        what it writes may rest on everything the snapshot held.
-        """
+    def begin(self, path: str, *, read_all: bool = False) -> DeltaTransaction:
+        """A Delta transaction on the newest snapshot of ``path``; with ``read_all`` it
+        has read all of it: any commit made after its snapshot then makes its
+        own commit conflict (Delta's Serializable check: files added or removed
+        that it read), so what it writes may rest on everything the snapshot
+        held."""
         txn = self.start_transaction(path)
-        txn.readWholeTable()
-        return txn
+        if read_all:
+            txn.readWholeTable()
+        return DeltaTransaction(self, path, txn)
 
-    def files_read(self, txn: Any, path: str) -> dict[str, dict[str, Any]] | None:
-        """The data files of ``path`` in the snapshot ``txn`` reads, with their
-        statistics (:meth:`LogReader.files_at`): what its commit is checked
-        against."""
-        return self.log.files_at(path, int(txn.snapshot().version()))
-
-    @staticmethod
-    def keeps_feed(txn: Any) -> bool:
-        """Whether the table of ``txn``'s snapshot keeps a change data feed."""
-        feed = txn.metadata().configuration().get(FEED)
-        return bool(feed.isDefined() and str(feed.get()).lower() == "true")
-
-    @staticmethod
-    def fits(txn: Any, frame: DataFrame) -> bool:
-        """Whether ``frame`` has the columns of ``txn``'s table, by name and type, or
-        those and a payload (``data``, last) where the table has none yet (a new
-        tube's first ingest: :meth:`commit_ingest` adds it as ``mergeSchema``
-        would; an append in ``txn`` cannot evolve the schema otherwise)."""
-        table = fields_of(_schema(txn))
-        have = fields_of(frame.schema)
-        if "data" not in dict(table) and have and have[-1][0] == "data":
-            have = have[:-1]
-        return have == table
+    def listed_files(self, path: str, version: int) -> list[str] | None:
+        """The files the checksum of ``version`` lists (the log's files through the
+        JVM, no Spark job); None where it lists none or a file has a deletion
+        vector."""
+        text = self.files.read(self.log.log_file(path, f"{version:020d}.crc"))
+        listed = None if text is None else json.loads(text).get("allFiles")
+        if listed is None or any(a.get("deletionVector") for a in listed):
+            return None
+        return [a["path"] for a in listed]
 
     def commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
                       runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag,
                       removed: dict[str, dict[str, Any]] | None = None,
                       local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
                       ) -> tuple[int, list[dict[str, Any]]]:
-        """Commit in ``txn`` (see :meth:`reading_all`) the ingest of ``runs`` (task
+        """Commit in ``txn`` (begun with ``read_all``) the ingest of ``runs`` (task
         rows, each written apart as :func:`ingest_frame` lays them out) from
         ``since`` to ``cursor``, some maybe already changed by the same commit
         (then ``changes``: its change feed rows, with ``_change_type``, written
@@ -127,7 +173,7 @@ class Accelerator:
             meta["metaData"]["schemaString"] = json.dumps(table)
             txn.updateMetadata(self._action(meta), False)
         struct = T.StructType.fromJson(table)
-        feed = changes is not None and self.keeps_feed(txn)
+        feed = changes is not None and _keeps_feed(txn)
         written = None if runs or feed else self._write_small(
             txn, struct, meta["metaData"].get("configuration") or {},
             [*local, marker_row(cursor)], actions)
@@ -390,11 +436,11 @@ class Accelerator:
             "path": name, "deletionTimestamp": int(time.time() * 1000), "dataChange": True,
             "extendedFileMetadata": True, "partitionValues": {}, "size": file["size"]}})
 
-    def load_file_stats(self, path: str,
-                        ) -> tuple[int, dict[str, dict[str, Any]]] | None:
-        """The newest snapshot's version and its files' statistics (as
-        :meth:`files_at` gives them), from its state: a Spark job. None where
-        Delta's ``DeltaLog`` cannot be reached."""
+    def load_file_stats(self, path: str, latest: int | None = None,
+                        ) -> tuple[int, Files] | None:
+        """The newest snapshot's version (``latest`` or newer) and its files'
+        statistics (as :meth:`files_at` gives them), from its state: a Spark
+        job. None where Delta's ``DeltaLog`` cannot be reached."""
         jvm = self.jvm
         try:
             log = getattr(jvm, "org.apache.spark.sql.delta.DeltaLog").forTable(
@@ -412,6 +458,12 @@ class Accelerator:
         ).collect()
         return version, {r["path"]: {"rows": r["rows"], **{k: r[k] for k in FILE_STATS},
                                      "size": r["size"]} for r in rows}  # as file_entry
+
+
+def _keeps_feed(txn: Any) -> bool:
+    """Whether the table of ``txn``'s snapshot keeps a change data feed."""
+    feed = txn.metadata().configuration().get(FEED)
+    return bool(feed.isDefined() and str(feed.get()).lower() == "true")
 
 
 def _schema(txn: Any) -> T.StructType:

@@ -22,7 +22,7 @@ from sparkqueue.engine import fresh
 from sparkqueue.engine import ingest as ingesting
 from sparkqueue.engine import put as putting
 from sparkqueue.engine.ingest import ingest, pending_rows
-from sparkqueue.store.txn import Accelerator
+from sparkqueue.store.txn import DeltaTransaction
 
 from ..conftest import ids, known_ids, operations
 
@@ -117,16 +117,16 @@ def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
     before = tasks_version(t)
     t.put([{"n": i} for i in range(3)])
     other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("race")
-    commit = Accelerator.commit_ingest
+    commit = DeltaTransaction.ingest
     raced: list[int] = []
 
-    def ingest_first(self: Accelerator, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    def ingest_first(self: DeltaTransaction, *args: Any, **kwargs: Any) -> tuple[int, Any]:
         if not raced:
             ingest(other.context)
             raced.append(1)
         return commit(self, *args, **kwargs)
 
-    monkeypatch.setattr(Accelerator, "commit_ingest", ingest_first)
+    monkeypatch.setattr(DeltaTransaction, "ingest", ingest_first)
     assert ids(t.take(2)) == [1, 2]
     assert [op for _, op in operations(t, before)] == ["ingest", "take"]
     rows = t.context.layout.read(t.context.layout.tasks("race")).where("task_id >= 0")

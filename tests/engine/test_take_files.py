@@ -16,7 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from sparkqueue import Consumer, Queue, QueueError, Tube, store
-from sparkqueue.engine import leased
+from sparkqueue.engine import settle
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store.paths import writer_session
@@ -88,7 +88,7 @@ def test_a_take_cuts_the_ready_rows_it_rewrites_into_files_of_its_size(
                            ("taken", "taken", 1000, 1999)]
     # the size was the take's write's alone: the writer session is as it was
     assert writer_session(spark).conf.get("spark.sql.files.maxRecordsPerFile", None) is None
-    jobs, before = jobs_when_called(spark, monkeypatch, "on_whole_files", leased)
+    jobs, before = jobs_when_called(spark, monkeypatch, "on_whole_files", settle)
     acked = t.ack(whole)
     assert jobs == [before], "the ack's ids were the take's: no Spark job read them"
     assert ids(acked) == list(range(1000, 2000))
@@ -120,18 +120,24 @@ def before_its_commit(t: Tube, monkeypatch: pytest.MonkeyPatch,
     """Run ``meanwhile`` (another process's commit) once, between the next head-file
     take's read of its files and its commit; the head-file commits tried since,
     counted as they start (``meanwhile``'s own among them)."""
-    accelerator = t.context.layout.accelerator
-    assert accelerator is not None
-    original = accelerator.replace_files
+    store_ = t.context.layout.store  # this Queue's: another's commits are not counted
+    begin = store_.begin
     commits: list[int] = []
 
-    def replace_files(*args: Any, **kwargs: Any) -> Any:
-        commits.append(len(commits))
-        if len(commits) == 1:
-            meanwhile()
-        return original(*args, **kwargs)
+    def counted(path: str, **kwargs: Any) -> Any:
+        txn = begin(path, **kwargs)
+        replace = txn.replace
 
-    monkeypatch.setattr(accelerator, "replace_files", replace_files)
+        def replacing(*args: Any, **kw: Any) -> Any:
+            commits.append(len(commits))
+            if len(commits) == 1:
+                meanwhile()
+            return replace(*args, **kw)
+
+        txn.replace = replacing  # type: ignore[method-assign]
+        return txn
+
+    monkeypatch.setattr(store_, "begin", counted)
     return commits
 
 
@@ -237,11 +243,10 @@ def test_a_deletion_vector_leaves_statistics_unknown_from_a_checkpoint_and_a_sta
               "('delta.enableDeletionVectors' = 'true', 'delta.checkpointInterval' = '1')")
     t.bury(2)  # a MERGE that marks the ready row deleted in its file, then a checkpoint
     log = t.context.layout
-    accelerator = log.accelerator
-    assert accelerator is not None
+    assert log.engine == "accelerated"
     latest = log.latest_version(path)
     from_checkpoint = log.checkpoint_stats(path, latest)
-    from_state = accelerator.load_file_stats(path)
+    from_state = log.store.load_file_stats(path, latest)
     assert from_checkpoint is not None and from_state is not None
     assert from_checkpoint[0] == from_state[0] == latest
     for files in (from_checkpoint[1], from_state[1]):
@@ -278,16 +283,15 @@ def test_a_drains_rounds_read_no_table_state_once_its_files_statistics_are_known
     checksum file does not list)."""
     monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 1)
     t = ingested(sq, "rounds", [{"n": i} for i in range(60)])
-    accelerator = t.context.layout.accelerator
-    assert accelerator is not None
+    store_ = t.context.layout.store
     loads: list[str] = []
-    load = accelerator.load_file_stats
+    load = store_.load_file_stats
 
-    def counted(path: str) -> Any:
+    def counted(path: str, latest: int) -> Any:
         loads.append(path)
-        return load(path)
+        return load(path, latest)
 
-    monkeypatch.setattr(accelerator, "load_file_stats", counted)
+    monkeypatch.setattr(store_, "load_file_stats", counted)
     for first in (0, 3, 6):
         batch = t.take(3)
         assert ids(batch) == [first, first + 1, first + 2]

@@ -24,9 +24,11 @@ from ..conftest import ids, known_ids, operations
 @pytest.fixture(autouse=True)
 def by_update(monkeypatch: pytest.MonkeyPatch) -> None:
     """Takes go the UPDATE or MERGE way, not the accelerator's file rewrite nor
-    its ingest+take (a new tube's first take)."""
+    its ingest+take (a new tube's first take), and acks riding along go in the
+    MERGE, not apart."""
     monkeypatch.setattr(taking, "take_files", lambda *args, **kwargs: None)
     monkeypatch.setattr(taking, "take_fresh", lambda *args, **kwargs: None)
+    monkeypatch.setattr(taking, "on_whole_files", lambda *args, **kwargs: None)
 
 
 def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,

@@ -21,8 +21,8 @@ def test_the_log_checkpoint_gives_the_statistics_a_snapshot_gives(sq: Queue) -> 
         t.release_all()
     assert layout.read_text(layout.log_file(path, "_last_checkpoint")) is not None
     portable = layout.checkpoint_stats(path)
-    assert layout.accelerator is not None
-    accelerated = layout.accelerator.load_file_stats(path)
+    assert layout.engine == "accelerated"
+    accelerated = layout.store.load_file_stats(path, layout.latest_version(path))
     assert portable is not None and accelerated is not None
     assert portable[0] == accelerated[0] == layout.latest_version(path)
     assert portable[1] == accelerated[1] and len(portable[1]) >= 2

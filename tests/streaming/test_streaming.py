@@ -30,7 +30,7 @@ from sparkqueue.engine import shards
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.engine.records import live_tasks
 from sparkqueue.engine.take import take
-from sparkqueue.engine.take import take_with_acks as take_with_acks_of_the_engine
+from sparkqueue.engine.take import take_once as take_once_of_the_engine
 from tests.conftest import ids, versions
 
 from ..jvm import short_lived
@@ -355,16 +355,16 @@ def test_a_consumer_whose_take_with_acks_kept_conflicting_still_acks_the_batch(
     committed on their own, and the next take goes on; nothing is left leased."""
     t = sq.create_tube("acking", "fifottl")
     t.put([{"n": i} for i in range(4)])
-    original = take_with_acks_of_the_engine
+    original = take_once_of_the_engine
     lost: list[list[int]] = []
 
-    def take_with_acks(ctx, n, who, acking, *rest):  # type: ignore[no-untyped-def]
-        if not lost:
+    def take_once(ctx, n, who, win, acking=None, *rest):  # type: ignore[no-untyped-def]
+        if acking and not lost:
             lost.append(list(acking))
             raise Timeout("take on 'acking' kept conflicting with concurrent commits")
-        return original(ctx, n, who, acking, *rest)
+        return original(ctx, n, who, win, acking, *rest)
 
-    monkeypatch.setattr(worker, "take_with_acks", take_with_acks)
+    monkeypatch.setattr(worker, "take_once", take_once)
     progress = Consumer(t, lambda batch: None, batch_size=2, take_timeout=0,
                         idle_timeout=0).run()
     assert lost == [[0, 1]], "the second batch's take carried the first batch's acks"
