@@ -9,12 +9,12 @@ For each line of :data:`sparkqueue.store.lines.LINES` other than this venv's:
    once and made again when the line's pins change;
 2. pytest there, on :data:`TESTS`: the contract on a classic session (the
    engine the line runs there: every verb on fifottl, a round trip on fifo,
-   utube, utubettl, limfifottl and a sharded tube), a catalog tube, sharded
+   utube, utubettl, limfifottl, a sharded tube and the portable store), a catalog tube, sharded
    tubes (a Consumer, the sweeper, a sink and a drop on one), a sink,
    ``changes``, a ``Consumer``, the sweeper through ``spark-submit`` and a
    SIGKILL, and tests/connect's smoke test of the portable engine as a Spark
    Connect client of a server of that line (tests/connect/conftest.py's
-   COMPAT_CONTRACT on utubettl, the demo, the command line, a notebook, a
+   CLIENT_CONTRACT on utubettl, the demo, the command line, a notebook, a
    sink, a consumer and a sweep).
 
 ``python -m tests.compat [LINE ...]`` runs the lines named (default: all but

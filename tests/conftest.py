@@ -36,9 +36,12 @@ CONNECT_TESTS = "SPARKQUEUE_CONNECT_TESTS"
 # every verb's result is read from the tasks table either way, and this keeps both
 # kinds of table tested.
 # It runs once more on a fifottl tube of four shards (SHARDED): every verb routed to
-# its shards, takes moving from shard to shard.
+# its shards, takes moving from shard to shard; and once more on a utubettl tube of
+# the portable store in this classic session (PORTABLE): each store runs the whole
+# contract here (Spark Connect clients run it too, tests/connect).
 DRIVERS = ["fifo", "fifottl", "limfifottl", "utube", "utubettl"]
 SHARDED = "fifottl-4-shards"
+PORTABLE = "utubettl-portable"
 CONTRACT_OPTIONS: dict[str, dict[str, Any]] = {"fifo": {"change_feed": True},
                                                "limfifottl": {"capacity": 1000},
                                                SHARDED: {"shards": 4}}
@@ -67,7 +70,7 @@ CONTRACT_SUBSETS = {
 #: utubettl runs the whole contract over Spark Connect there, tests/connect).
 COMPAT = "SPARKQUEUE_COMPAT"
 COMPAT_SUBSETS = {driver: {"test_put_take_ack_round_trip"}
-                  for driver in [*DRIVERS, SHARDED] if driver != "fifottl"}
+                  for driver in [*DRIVERS, SHARDED, PORTABLE] if driver != "fifottl"}
 
 
 # pyspark runs one kind of session per process (its functions build classic or
@@ -210,9 +213,15 @@ def contract_tube(sq: Queue, name: str, type_name: str, **options: Any) -> Tube:
     return OwnSubQueues(tube) if tube.driver.uses_utube else tube  # type: ignore[return-value]
 
 
-@pytest.fixture(params=[*DRIVERS, SHARDED])
+@pytest.fixture(params=[*DRIVERS, SHARDED, PORTABLE])
 def tube(request: pytest.FixtureRequest, sq: Queue) -> Tube:
-    """A tube of each built-in driver (the contract suite runs against all)."""
+    """A tube of each built-in driver (the contract suite runs against all), and one
+    of the portable store (PORTABLE), on a Queue of the same root and clock."""
+    if request.param == PORTABLE:
+        portable = sparkqueue.connect(sq.spark, sq.root, owner=sq.owner, clock=sq.clock,
+                                      engine="portable")
+        assert portable.engine == "portable"
+        return contract_tube(portable, "t", "utubettl")
     return contract_tube(sq, "t", request.param, **CONTRACT_OPTIONS.get(request.param, {}))
 
 

@@ -14,25 +14,18 @@ from sparkqueue import FakeClock, Queue, Tube
 
 from ..conftest import COMPAT, CONTRACT_OPTIONS, contract_tube
 
-#: The drivers whose contract runs over Spark Connect: the two take strategies
-#: (fifo's head of ready tasks, utube's windowed sub-queue heads), with times.
-CONNECT_DRIVERS = ["fifottl", "utubettl"]
-#: The contract tests that fifottl runs here: those of take's order and choice.
-#: (Every verb's other rules are the driver's own: utubettl runs them all here,
-#: and every driver runs them all on the accelerated engine.)
-FIFO_TAKES = {"test_fifo_order_and_ids_unique_forever",
-              "test_take_n_lowest_ids_first_immutable_results_and_dataframes_of_tasks",
-              "test_release_returns_task_to_its_place", "test_requeue_moves_task_to_the_end"}
+#: The driver whose contract runs over Spark Connect: utube's windowed sub-queue
+#: heads, with times.
+CONNECT_DRIVERS = ["utubettl"]
 
-
-#: What the compatibility tier (tests/compat.py) runs here on another Spark line, a
-#: smoke test of the portable engine as a client of that line's server: the verbs
-#: whose client-side code differs between lines (store/frames.py: a DataFrame put,
-#: a take's frozen rows, DataFrames of task ids, refusals, statistics) on utubettl,
-#: one notebook (they differ in what they do with the API, not in what Spark
-#: runs), the demo and the command line, a sink, changes, a Consumer and a sweep.
-#: The rest of the contract runs on the line's classic engine.
-COMPAT_CONTRACT = {"test_put_take_ack_round_trip",
+#: The contract tests that run here: those whose client-side code differs between a
+#: classic session and a Spark Connect client (store/frames.py: a DataFrame put, a
+#: take's frozen rows, DataFrames of task ids, refusals, statistics). The portable
+#: store runs the whole contract in a classic session (tests/conftest.py, PORTABLE).
+#: On another Spark line (the compatibility tier, tests/compat.py) the same, with
+#: one notebook (they differ in what they do with the API, not in what Spark runs),
+#: the demo and the command line, a sink, changes, a Consumer and a sweep.
+CLIENT_CONTRACT = {"test_put_take_ack_round_trip",
                    "test_dataframe_put_keeps_every_column_as_payload",
                    "test_take_n_lowest_ids_first_immutable_results_and_dataframes_of_tasks",
                    "test_only_the_owner_may_ack_and_a_refused_batch_writes_nothing",
@@ -41,8 +34,8 @@ COMPAT_NOTEBOOK = "quickstart.py"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """fifottl runs only the take tests (FIFO_TAKES) over Spark Connect; on another
-    Spark line (the compatibility tier) the smoke test above."""
+    """The contract's client-side tests only (CLIENT_CONTRACT); on another Spark line
+    (the compatibility tier) one notebook, and no catalog."""
     compat = bool(os.environ.get(COMPAT))
 
     def dropped_here(item: pytest.Item) -> bool:
@@ -51,10 +44,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         name = getattr(item, "originalname", item.name)
         if compat and "notebook" in params:
             return bool(params["notebook"].name != COMPAT_NOTEBOOK)
-        if compat:
-            return "catalog" in item.nodeid or (
-                "tube" in params and (params["tube"] == "fifottl" or name not in COMPAT_CONTRACT))
-        return params.get("tube") == "fifottl" and name not in FIFO_TAKES
+        if compat and "catalog" in item.nodeid:
+            return True
+        return "tube" in params and name not in CLIENT_CONTRACT
     dropped = [item for item in items if dropped_here(item)]
     if dropped:
         config.hook.pytest_deselected(items=dropped)
