@@ -33,6 +33,7 @@ from .errors import (
 )
 from .session import quiet_pyspark_loggers, session
 from .sharded import ShardedTube
+from .single import SingleTube
 from .store import CommitTag
 from .tube import Callback, Tube
 
@@ -310,8 +311,8 @@ class Queue:
             listening=lambda: name in self._callbacks, memory=self._memory)
         contexts = shard_contexts(context)
         if len(contexts) == 1:
-            return Tube(context, self._callbacks, self._drop)
-        return ShardedTube([Tube(c, self._callbacks, self._drop) for c in contexts],
+            return SingleTube(context, self._callbacks, self._drop)
+        return ShardedTube([SingleTube(c, self._callbacks, self._drop) for c in contexts],
                            self._callbacks, self._drop)
 
     def tubes(self) -> list[str]:

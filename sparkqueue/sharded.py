@@ -19,26 +19,30 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import DataFrame
+from pyspark.sql import DataFrame, Row
 from pyspark.sql import functions as F
 
 from . import store as st
-from . import streaming, validate
+from . import validate
 from .engine import ingest as ing
 from .engine import ops, refusals, stats, verbs
 from .engine import put as putting
+from .engine import records as recs
 from .engine import shards as sh
-from .errors import NotSupported
-from .task import Task
-from .tube import Callback, TaskId, Tasks, Tube
+from .single import SingleTube
+from .task import Task, TaskState
+from .tube import Callback, Tasks, Tube
 
 __all__ = ["ShardedTube"]
 
 
 class ShardedTube(Tube):
-    """A tube of several shards; the same verbs as :class:`Tube`."""
+    """A tube of several shards (:class:`SingleTube` each, ``parts``): the verbs of
+    :class:`Tube`, each routed to the shards it concerns. The tube's clock,
+    owner, defaults and driver, which its shards share, are read from the
+    first's context."""
 
-    def __init__(self, parts: list[Tube], callbacks: dict[str, Callback],
+    def __init__(self, parts: list[SingleTube], callbacks: dict[str, Callback],
                  drop: Callable[[Tube], None]) -> None:
         super().__init__(parts[0].context, callbacks, drop)
         self._parts = parts
@@ -49,7 +53,7 @@ class ShardedTube(Tube):
         return f"Tube({self.name!r}, type={self.type!r}, shards={len(self._parts)})"
 
     @property
-    def parts(self) -> list[Tube]:
+    def parts(self) -> list[SingleTube]:
         return list(self._parts)
 
     def _contexts(self) -> list[Any]:
@@ -69,13 +73,11 @@ class ShardedTube(Tube):
         assert out is not None  # only idempotent (sink) appends are ever skipped
         return out
 
-    def take(self, n: int = 1, *, timeout: float = 0.0, owner: str | None = None,
-             window: int | None = None) -> DataFrame:
-        """As :meth:`Tube.take`, from one shard: the owner's own first (the one its
-        last take found tasks in; at first, by a hash of the owner), then the others
-        in turn while they have nothing ready. When the own shard's commit had to
-        be retried after a conflict, the owner's next take starts at the next shard."""
-        n, wait, who, win = self.take_args(n, timeout, owner, window)
+    def _take(self, n: int, wait: float, who: str, win: int) -> DataFrame:
+        """From one shard: the owner's own first (the one its last take found tasks
+        in; at first, by a hash of the owner), then the others in turn while they
+        have nothing ready. When the own shard's commit had to be retried after a
+        conflict, the owner's next take starts at the next shard."""
         count = len(self._parts)
         start = self._homes.get(who, sh.home_shard(who, count))
         before = self._conflicts()
@@ -84,12 +86,11 @@ class ShardedTube(Tube):
         self._homes[who] = (k + 1) % count if self._conflicts() > before else k
         return batch
 
-    def explain_take(self, n: int = 1, *, owner: str | None = None) -> dict[str, Any]:
-        """As :meth:`Tube.explain_take`, for the shard ``owner``'s take starts at
-        (``shard``); when it has nothing ready the take moves on to the next."""
-        n, _, who, _ = self.take_args(n, 0.0, owner, None)
+    def _explain_take(self, n: int, who: str) -> dict[str, Any]:
+        """For the shard ``who``'s take starts at (``shard``); when it has nothing
+        ready the take moves on to the next."""
         start = self._homes.get(who, sh.home_shard(who, len(self._parts)))
-        return {**self._parts[start].explain_take(n, owner=owner), "shard": start}
+        return {**self._parts[start].explain_take(n, owner=who), "shard": start}
 
     # -- verbs on ids ---------------------------------------------------------------
 
@@ -109,7 +110,7 @@ class ShardedTube(Tube):
         return dict(out)
 
     def _each(self, tasks: Tasks, check: verbs.Op, owner: str | None,
-              verb: Callable[[Tube, Any], DataFrame]) -> DataFrame:
+              verb: Callable[[SingleTube, Any], DataFrame]) -> DataFrame:
         """``verb(shard, its ids)`` on each shard ``tasks`` name, the results as one;
         on several shards, only after ``check``'s guard passed on all of them."""
         routed = self._route(tasks)
@@ -132,35 +133,27 @@ class ShardedTube(Tube):
         return self._each(tasks, op, kwargs.get("owner"),
                           lambda part, ids: part.apply_op(op, ids, **kwargs))
 
-    def ack(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
-        return self._each(tasks, verbs.ACK, owner, lambda part, ids: part.ack(ids, owner=owner))
-
-    def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
+    def _requeue(self, tasks: Tasks, owner: str | None) -> DataFrame:
         return self._each(tasks, verbs.REQUEUE_CHECK, owner,
                           lambda part, ids: part.requeue(ids, owner=owner))
 
-    def _part_of(self, task_id: TaskId) -> Tube:
-        return self._parts[validate.one_id(task_id)[0] % len(self._parts)]
+    def _part_of(self, ident: list[int]) -> SingleTube:
+        return self._parts[ident[0] % len(self._parts)]
 
-    def done(self, task_id: TaskId, data: Any, *, owner: str | None = None) -> DataFrame:
-        return self._part_of(task_id).done(task_id, data, owner=owner)
+    def _done(self, ident: list[int], data: Any, owner: str | None) -> DataFrame:
+        return self._part_of(ident).done(ident[0], data, owner=owner)
 
-    def meta(self, task_id: TaskId) -> dict[str, Any]:
-        return self._part_of(task_id).meta(task_id)
+    def _meta_row(self, ident: list[int], now: float) -> Row | None:
+        return recs.task_row(self._part_of(ident).context, ident, now)
 
-    def peek(self, tasks: Tasks) -> DataFrame:
-        single = not isinstance(tasks, (*st.DATAFRAMES, list, tuple, set, frozenset))
-        if single:
-            return self._part_of(tasks).peek(tasks)  # type: ignore[arg-type]
-        routed = self._route(tasks)
-        found = [self._parts[k].peek(ids) for k, ids in routed.items()]
+    def _peek(self, ids: list[int] | DataFrame) -> DataFrame:
+        found = [self._parts[k].peek(part) for k, part in self._route(ids).items()]
         return sh.union(found) if found else ing.empty(self._ctx)
 
     # -- verbs on the whole tube -----------------------------------------------------
 
-    def kick(self, count: int = 1) -> int:
-        """As :meth:`Tube.kick`, shard after shard (lowest ``(pri, id)`` first within each)."""
-        count = validate.batch("count", count, minimum=0)
+    def _kick(self, count: int) -> int:
+        """Shard after shard (lowest ``(pri, id)`` first within each)."""
         kicked = 0
         for part in self._parts:
             if kicked < count:
@@ -170,7 +163,7 @@ class ShardedTube(Tube):
     def release_all(self) -> int:
         return sum(part.release_all() for part in self._parts)
 
-    def tasks_by_state(self, state: Any) -> DataFrame:
+    def _by_state(self, state: TaskState) -> DataFrame:
         return sh.union([part.tasks_by_state(state) for part in self._parts])
 
     def statistics(self) -> dict[str, dict[str, int]]:
@@ -179,12 +172,3 @@ class ShardedTube(Tube):
     def truncate(self) -> None:
         for part in self._parts:
             part.truncate()
-
-    def changes(self, starting_version: int | None = None) -> DataFrame:
-        """As :meth:`Tube.changes`, of every shard (``starting_version`` is each
-        shard's table version). Start it once every shard has had a put."""
-        if not self.options.get("change_feed", True):
-            raise NotSupported(f"tube {self.name!r} was created with change_feed=False: "
-                               "it keeps no change feed to stream")
-        return sh.union(streaming.changes(self._parts, starting_version))
-

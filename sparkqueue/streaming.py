@@ -11,6 +11,7 @@ do this: its commit runs in a Python worker without a SparkSession.)
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -140,7 +141,7 @@ def _check_start(tube: Tube, starting_version: int | None) -> bool:
     return off
 
 
-def changes(tubes: list[Tube], starting_version: int | None) -> list[DataFrame]:
+def changes(tubes: Sequence[Tube], starting_version: int | None) -> list[DataFrame]:
     """A streaming DataFrame of each tube's task transitions (a sharded tube's
     shards: each shard's ``starting_version`` refused or not before any
     shard's feed is turned on), from the Delta change data feed.
@@ -180,7 +181,6 @@ def _feed(tube: Tube, starting_version: int | None, turning_on: bool) -> DataFra
         # would leave by its ack with no row in the feed (a take that started
         # before the feed was on and commits after conflicts with that commit)
         records.settle_ids(ctx, None)
-    options = {"readChangeFeed": "true"}
     if starting_version is not None:
         first = ctx.guarded(lambda: st.feed_start(ctx.spark, ref))
         if starting_version < first:
@@ -188,8 +188,7 @@ def _feed(tube: Tube, starting_version: int | None, turning_on: bool) -> DataFra
                 f"tube {tube.name!r} keeps its changes from version {first} on (its change "
                 f"feed was turned on then), not from starting_version {starting_version}; "
                 "create a tube with change_feed=True to keep them from its first put")
-        options["startingVersion"] = str(starting_version)
-    cdf = ctx.guarded(lambda: st.read_stream(ctx.spark, ref, options))
+    cdf = ctx.guarded(lambda: st.read_changes(ctx.spark, ref, starting_version))
     deleted = F.col("_change_type") == "delete"
     return (cdf.where("task_id >= 0 AND _change_type IN ('insert', 'update_postimage', 'delete')")
             .select(

@@ -1,36 +1,37 @@
-"""Tube: the Tarantool queue verbs over one tube, the docstrings users read.
+"""Tube: the Tarantool queue verbs, the docstrings users read.
 
-Each verb checks its input (:mod:`sparkqueue.validate`) and hands what changes
-(its :class:`~sparkqueue.engine.verbs.Op`: which rows may change, the checks
-their clauses carry, and the new values) to the engine
-(:mod:`sparkqueue.engine`), which commits it in one Delta commit, all or
-nothing: a row in the wrong state or leased to someone else fails the whole
-commit, then a diagnostic read names every offending id. Commit conflicts are
-retried, never surfaced while the deadline allows. Which ready rows a take
-leases is the driver's (:mod:`sparkqueue.drivers`).
+Each verb checks its input (:mod:`sparkqueue.validate`) and hands the work to
+the tube's storage: :class:`~sparkqueue.single.SingleTube` for a tube of one
+shard, which hands what changes (its :class:`~sparkqueue.engine.verbs.Op`)
+to the engine (:mod:`sparkqueue.engine`), one Delta commit, all or nothing;
+:class:`~sparkqueue.sharded.ShardedTube` for a tube of several, which routes
+to its shards' SingleTubes. A row in the wrong state or leased to someone
+else fails the whole commit, then a diagnostic read names every offending id.
+Commit conflicts are retried, never surfaced while the deadline allows.
+Which ready rows a take leases is the driver's (:mod:`sparkqueue.drivers`).
 """
 
 from __future__ import annotations
 
+import abc
 from collections.abc import Callable, Collection
-from typing import Any, SupportsIndex, overload
+from typing import TYPE_CHECKING, Any, SupportsIndex, overload
 
-from pyspark.sql import Column, DataFrame, Window
-from pyspark.sql import functions as F
+from pyspark.sql import Column, DataFrame, Row
 from pyspark.sql.streaming.query import StreamingQuery
 
 from . import store as st
 from . import streaming, validate
-from .engine import ingest as ing
-from .engine import ops, settle, stats, verbs
 from .engine import put as putting
-from .engine import records as recs
-from .engine import take as taking
+from .engine import shards as sh
+from .engine import verbs
 from .engine.context import TubeContext
 from .errors import InvalidOption, NotSupported, TaskNotFound
-from .store import CommitTag
 from .task import Task, TaskState
 from .validate import URGENT_PRI
+
+if TYPE_CHECKING:
+    from .single import SingleTube
 
 __all__ = ["Tube", "Tasks", "URGENT_PRI", "Callback"]
 
@@ -44,8 +45,15 @@ Opt = float | int | Column | None
 Payload = dict[str, Any] | str | int | float | bool | bytes | None
 
 
-class Tube:
-    """One tube (queue). Get it from ``Queue.create_tube`` or ``Queue.tube``."""
+class Tube(abc.ABC):
+    """One tube (queue). Get it from ``Queue.create_tube`` or ``Queue.tube``.
+
+    The verbs check their input here and hand the work to the tube's storage:
+    the methods named with a leading underscore, which
+    :class:`~sparkqueue.single.SingleTube` (one shard) and
+    :class:`~sparkqueue.sharded.ShardedTube` (several) implement. ``context``
+    gives the tube's clock, owner, defaults and driver (a sharded tube's
+    shards share them)."""
 
     def __init__(self, context: TubeContext, callbacks: dict[str, Callback],
                  drop: Callable[[Tube], None]) -> None:
@@ -63,7 +71,8 @@ class Tube:
     @property
     def context(self) -> TubeContext:
         """What the engine knows of this tube (for sparkqueue's own jobs: the
-        sweeper, the streaming sink, the Consumer)."""
+        sweeper, the streaming sink, the Consumer); a sharded tube's is its
+        first shard's, and each of its ``parts`` has its own."""
         return self._ctx
 
     def _need_ttl(self, what: str) -> None:
@@ -75,16 +84,15 @@ class Tube:
         self._dropper(self)
 
     @property
-    def parts(self) -> list[Tube]:
+    @abc.abstractmethod
+    def parts(self) -> list[SingleTube]:
         """The tube's shards, each a tube over one inbox and tasks table of its own
         (for sparkqueue's own jobs); a tube of one shard is its own only part."""
-        return [self]
 
+    @abc.abstractmethod
     def apply_op(self, op: verbs.Op, tasks: Any, **kwargs: Any) -> DataFrame:
-        """Commit ``op`` on ``tasks`` (for the verbs, and a sharded tube's routing) by
-        its plan (:func:`settle.settle`): the tasks it changed in its commit
-        (none: an empty DataFrame)."""
-        return settle.settle(self._ctx, op, tasks, **kwargs)
+        """Commit ``op`` on ``tasks`` (validated by the caller where it must be): the
+        tasks it changed (none: an empty DataFrame)."""
 
     @overload
     def put(self, data: DataFrame | list[Any] | tuple[Any, ...], *, pri: Opt = None,
@@ -143,13 +151,10 @@ class Tube:
         return self._put(data, urgent=True, event="put",
                          opts=putting.put_options(self._ctx, **opts))
 
+    @abc.abstractmethod
     def _put(self, data: Any, *, event: str, opts: putting.PutOptions,
              urgent: bool = False) -> DataFrame | Task:
-        single = not isinstance(data, (*st.DATAFRAMES, list, tuple))
-        out = self._ctx.guarded(
-            lambda: putting.write_put(self._ctx, data, single, urgent, opts, event))
-        assert out is not None  # only idempotent (sink) appends are ever skipped
-        return out
+        """Write the put of ``data`` (checked ``opts``)."""
 
     def take(self, n: int = 1, *, timeout: float = 0.0, owner: str | None = None,
              window: int | None = None) -> DataFrame:
@@ -165,7 +170,11 @@ class Tube:
         >>> tube.ack(batch)                         # doctest: +SKIP
         """
         n, wait, who, win = self.take_args(n, timeout, owner, window)
-        return self._ctx.guarded(lambda: taking.take(self._ctx, n, wait, who, win))
+        return self._take(n, wait, who, win)
+
+    @abc.abstractmethod
+    def _take(self, n: int, wait: float, who: str, win: int) -> DataFrame:
+        """:meth:`take` with its arguments checked."""
 
     def explain_take(self, n: int = 1, *, owner: str | None = None) -> dict[str, Any]:
         """How ``take(n)`` would commit now, without taking or writing anything: the
@@ -180,8 +189,12 @@ class Tube:
         >>> tube.explain_take(1000)["strategy"]     # doctest: +SKIP
         'head-files'
         """
-        n, _, _, _ = self.take_args(n, 0.0, owner, None)
-        return taking.explain_take(self._ctx, n)
+        n, _, who, _ = self.take_args(n, 0.0, owner, None)
+        return self._explain_take(n, who)
+
+    @abc.abstractmethod
+    def _explain_take(self, n: int, who: str) -> dict[str, Any]:
+        """:meth:`explain_take` with its arguments checked."""
 
     def take_args(self, n: int, timeout: float, owner: str | None,
                   window: int | None) -> tuple[int, float, str, int]:
@@ -220,9 +233,11 @@ class Tube:
 
     def requeue(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Return taken tasks to ``ready`` at the end of the queue (a new, higher order key)."""
-        rank = F.row_number().over(Window.orderBy("task_id")) - 1
-        return self.apply_op(verbs.requeue(ops.queue_end(self._ctx)), tasks,
-                             extra={"rank": rank}, owner=owner)
+        return self._requeue(tasks, owner)
+
+    @abc.abstractmethod
+    def _requeue(self, tasks: Tasks, owner: str | None) -> DataFrame:
+        """:meth:`requeue`."""
 
     def touch(self, tasks: Tasks, increment: float, *, owner: str | None = None) -> DataFrame:
         """Extend the ttr and ttl of taken tasks by ``increment`` seconds."""
@@ -233,17 +248,11 @@ class Tube:
     def done(self, task_id: TaskId, data: Any, *, owner: str | None = None) -> DataFrame:
         """Complete a task taken by ``owner`` (default this Queue's) but keep it, with
         ``data`` as payload."""
-        ident = validate.one_id(task_id)
-        # the tasks table's: before any ingest it has none, and no task can be taken
-        tube_schema = ing.data_schema(self._ctx, self._ctx.layout.tasks(self._ctx.key))
-        frame, col = putting.payload_of(self._ctx, data, tube_schema)
-        row = frame.select(col.alias("p")).first()
-        assert row is not None
-        payload = row["p"]
-        if tube_schema is None:  # nothing was ever put: no task can be taken
-            raise TaskNotFound(self.name, ident)
-        value = putting.struct_literal(payload, tube_schema)
-        return self.apply_op(verbs.DONE, ident, extra={"data": value}, owner=owner)
+        return self._done(validate.one_id(task_id), data, owner)
+
+    @abc.abstractmethod
+    def _done(self, ident: list[int], data: Any, owner: str | None) -> DataFrame:
+        """:meth:`done` of the task ``ident`` (one checked id)."""
 
     def bury(self, tasks: Tasks, *, owner: str | None = None) -> DataFrame:
         """Move tasks to ``buried`` from any state (a task taken by another owner refuses)."""
@@ -252,7 +261,11 @@ class Tube:
     def kick(self, count: int = 1) -> int:
         """Move up to ``count`` buried tasks to ``ready``, lowest ``(pri, id)`` first."""
         count = validate.batch("count", count, minimum=0)
-        return 0 if count == 0 else ops.kick(self._ctx, count)
+        return 0 if count == 0 else self._kick(count)
+
+    @abc.abstractmethod
+    def _kick(self, count: int) -> int:
+        """:meth:`kick` of at least one."""
 
     def dig(self, task_id: TaskId) -> DataFrame:
         """Move one buried task to ``ready`` (the older API's ``dig``)."""
@@ -264,34 +277,28 @@ class Tube:
         """Remove tasks whatever their state; returns them with status ``done``."""
         return self.apply_op(verbs.DELETE, tasks)
 
+    @abc.abstractmethod
     def release_all(self) -> int:
         """Return every taken task, whoever holds it, to ``ready``; the count."""
-        return ops.release_all(self._ctx)
 
     def peek(self, tasks: Tasks) -> DataFrame:
         """Read tasks without changing them; :class:`TaskNotFound` for a missing single id."""
         ids = validate.task_ids(tasks)
         single = not isinstance(tasks, (*st.DATAFRAMES, list, tuple, set, frozenset))
+        out = self._peek(ids)
+        if single and out.isEmpty():
+            raise TaskNotFound(self.name, ids if isinstance(ids, list) else [])
+        return out
 
-        def read() -> DataFrame:
-            view = recs.view(self._ctx, self._ctx.now())
-            if st.is_dataframe(ids):
-                chosen = view.join(ids.select(F.col("task_id").cast("long")).distinct(),
-                                   "task_id", "left_semi")
-            else:
-                chosen = view.where(F.col("task_id").isin(ids))
-            out = st.frozen(chosen.select(*st.PUBLIC_COLUMNS))
-            if single and out.isEmpty():
-                raise TaskNotFound(self.name, ids if isinstance(ids, list) else [])
-            return out
-        return self._ctx.guarded(read)
+    @abc.abstractmethod
+    def _peek(self, ids: list[int] | DataFrame) -> DataFrame:
+        """The tasks ``ids`` (checked) now, frozen."""
 
     def meta(self, task_id: TaskId) -> dict[str, Any]:
         """Everything known of one task: times, counters, owner, and ``now``."""
         ident = validate.one_id(task_id)
         now = self._ctx.now()
-        row = self._ctx.guarded(
-            lambda: recs.view(self._ctx, now).where(F.col("task_id").isin(ident)).first())
+        row = self._meta_row(ident, now)
         if row is None:
             raise TaskNotFound(self.name, ident)
         return {
@@ -302,13 +309,19 @@ class Tube:
             "utube": row["utube"], "now": now,
         }
 
+    @abc.abstractmethod
+    def _meta_row(self, ident: list[int], now: float) -> Row | None:
+        """The task ``ident``'s row as of ``now``; None when there is none."""
+
     def tasks_by_state(self, state: str | TaskState) -> DataFrame:
         """All tasks in ``state`` now."""
-        s = TaskState.parse(state)
-        return self._ctx.guarded(lambda: recs.view(self._ctx, self._ctx.now())
-                                 .where(F.col("status") == s.value)
-                                 .select(*st.PUBLIC_COLUMNS))
+        return self._by_state(TaskState.parse(state))
 
+    @abc.abstractmethod
+    def _by_state(self, state: TaskState) -> DataFrame:
+        """:meth:`tasks_by_state`."""
+
+    @abc.abstractmethod
     def statistics(self) -> dict[str, dict[str, int]]:
         """Tarantool's statistics: task counts by state and call counts.
 
@@ -316,16 +329,10 @@ class Tube:
         every process and survive restarts. ``calls`` count tasks (a put of a
         1,000-row DataFrame counts 1,000 puts, as 1,000 Tarantool puts would).
         """
-        return self._ctx.guarded(lambda: stats.census(self._ctx, self._ctx.now())[0])
 
+    @abc.abstractmethod
     def truncate(self) -> None:
         """Delete every task, keep the tube. No events; counters are untouched."""
-        def run() -> None:
-            ing.ingest(self._ctx)
-            with self._ctx.layout.tagged(CommitTag.new("truncate")) as sess:
-                st.delete(sess, self._ctx.layout.tasks(self._ctx.key),
-                          f"task_id >= 0 OR status = '{st.LEASE}'")  # and lease records
-        self._ctx.retrying(run, what=f"truncate of {self.name!r}")
 
     def sink(self, stream_df: DataFrame, checkpoint_location: str, *,
              trigger: dict[str, Any] | None = None, **put_opts: Any) -> StreamingQuery:
@@ -359,7 +366,7 @@ class Tube:
         if not self.options.get("change_feed", True):
             raise NotSupported(f"tube {self.name!r} was created with change_feed=False: "
                                "it keeps no change feed to stream")
-        return streaming.changes([self], starting_version)[0]
+        return sh.union(streaming.changes(self.parts, starting_version))
 
     def on_task_change(self, callback: Callback | None = None) -> Callback | None:
         """Set ``callback(tasks_df, event)``, called after each committed change made

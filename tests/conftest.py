@@ -63,6 +63,17 @@ CONTRACT_SUBSETS = {
                    "test_bury_kick_dig_delete", "test_requeue_moves_task_to_the_end",
                    "test_done_completes_and_keeps_the_task", "test_truncate_and_drop",
                    "test_release_all", "test_statistics_canonical_script"},
+    # the sharded tube: the verbs whose work ShardedTube routes (by id, across shards,
+    # or shard after shard); a put's payload, a refused ack's errors and the events
+    # are a shard's own (tests/test_shards.py has the rest of the sharded rules)
+    SHARDED: {"test_put_take_ack_round_trip", "test_fifo_order_and_ids_unique_forever",
+              "test_take_n_lowest_ids_first_immutable_results_and_dataframes_of_tasks",
+              "test_release_returns_task_to_its_place",
+              "test_only_the_owner_may_ack_and_a_refused_batch_writes_nothing",
+              "test_bury_kick_dig_delete", "test_requeue_moves_task_to_the_end",
+              "test_done_completes_and_keeps_the_task", "test_peek_is_read_only_and_tasks_by_state",
+              "test_meta", "test_release_all", "test_truncate_and_drop",
+              "test_statistics_canonical_script"},
 }
 #: Set by the compatibility tier (tests/compat.py): on another Spark line fifottl runs
 #: the whole contract on the line's classic engine, the other drivers and the sharded

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
@@ -214,7 +214,14 @@ def live_tasks(ctx: TubeContext, now: float, pending: bool = True) -> DataFrame:
 
 
 def view(ctx: TubeContext, now: float) -> DataFrame:
+    """The tube's tasks as of ``now`` (ttl-expired ones left out), each with the
+    status it has then."""
     return live_tasks(ctx, now).where("eff <> 'expired'").withColumn("status", F.col("eff"))
+
+
+def task_row(ctx: TubeContext, ident: list[int], now: float) -> Row | None:
+    """The row of the task ``ident`` (one id) in :func:`view`; None when none."""
+    return ctx.guarded(lambda: view(ctx, now).where(F.col("task_id").isin(ident)).first())
 
 
 def settle(ctx: TubeContext, which: Callable[[Record], bool], probe: bool = True) -> int:

@@ -2,7 +2,10 @@
 
 - :mod:`.lines`: the supported Spark lines and what each needs (checked first);
 - :mod:`.frames`: DataFrames of every line (classic, Spark Connect's), frozen;
-- :mod:`.dialect`: the accelerator's JVM calls that differ by line;
+- :mod:`.protocol`: the primitives whose way differs by engine (:class:`Store`);
+- :mod:`.portable`: the portable store (public Spark SQL; a Connect client's);
+- :mod:`.txn`: the accelerated store (Delta's transaction API in the JVM);
+- :mod:`.dialect`: the accelerated store's JVM calls that differ by line;
 - :mod:`.schema`: the tables' columns, the commit tag, shared names;
 - :mod:`.sql`: query text over the tasks table's columns;
 - :mod:`.filestats`: what per-file statistics say (pure functions);
@@ -10,9 +13,8 @@
 - :mod:`.log`: the Delta log read directly (versions, tags, cursor, put files);
 - :mod:`.files`: the log's files read through Spark (the portable way);
 - :mod:`.jvm`: the driver's JVM: files through Hadoop, Spark's logging;
-- :mod:`.txn`: Delta's transaction API, the JVM accelerator;
 - :mod:`.tables`: MERGE, UPDATE and DELETE of a table;
-- :mod:`.layout`: a root's tables: paths, creation, reads, results.
+- :mod:`.layout`: a root's tables: paths, creation, reads, results; its store.
 
 Its public names are re-exported here.
 """
@@ -60,7 +62,8 @@ from .frames import (
     union,
 )
 from .layout import ENGINES, Layout
-from .paths import append, read, read_stream, shard_key
+from .paths import append, read, read_changes, read_stream, shard_key
+from .protocol import Store, Transaction
 from .schema import (
     CHANGE_TYPE,
     FEW_FILES,
@@ -111,11 +114,13 @@ from .tables import (
 )
 
 __all__ = [
-    "add_column", "append", "is_path", "read", "read_stream", "CHANGE_TYPE", "COLUMNS",
+    "add_column", "append", "is_path", "read", "read_changes", "read_stream", "CHANGE_TYPE",
+    "COLUMNS",
     "DATAFRAMES", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "LEASE", "MARKER",
     "PUBLIC_COLUMNS", "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS", "TASK_COLUMNS",
     "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS", "USER_METADATA", "CommitTag", "Cursor", "Layout",
-    "PutFile", "StaleChoice", "When", "delete", "bound_sql", "column_values",
+    "PutFile", "StaleChoice", "Store", "Transaction", "When", "delete", "bound_sql",
+    "column_values",
     "effective_status", "feed_start", "frozen", "is_column", "is_dataframe", "file_entry",
     "file_rows", "first_line", "guard_failure", "head_bound", "head_files", "head_key",
     "id_frame", "id_runs",

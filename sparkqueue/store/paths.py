@@ -146,6 +146,16 @@ def read_stream(spark: SparkSession, ref: str, options: dict[str, str]) -> DataF
     return reader.load(ref) if is_path(ref) else reader.table(ref)
 
 
+def read_changes(spark: SparkSession, ref: str, starting_version: int | None) -> DataFrame:
+    """A streaming read of the change data feed of the Delta table ``ref``, from
+    ``starting_version`` (None: the table's current state, then its changes):
+    its rows with ``_change_type`` and ``_commit_version``."""
+    options = {"readChangeFeed": "true"}
+    if starting_version is not None:
+        options["startingVersion"] = str(starting_version)
+    return read_stream(spark, ref, options)
+
+
 def append(frame: DataFrame, ref: str, *, tag: CommitTag | None = None,
            file_rows: int | None = None, txn: tuple[str, int] | None = None,
            new_columns: bool = False) -> None:
