@@ -57,3 +57,46 @@ def test_a_take_of_sub_queue_heads_and_a_sharded_tube_explain_their_plan(sq: Que
     s.put([{"n": i} for i in range(3)])
     said = s.explain_take(3)  # the shard the owner's take starts at, as a take sees it
     assert said["shard"] in (0, 1) and said["then"][-1] == "update-or-merge", said
+
+
+def test_each_settling_verb_commits_with_its_plans_strategy(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock) -> None:
+    """An ack or a release of a take's whole batch removes or rewrites its files
+    (``whole-files``); part of a batch, or the portable store, is a MERGE."""
+    t = sq.create_tube("settle", "fifottl")
+    t.put([{"n": i} for i in range(6)])
+    ingest(t.context)
+    batch = t.take(3)
+    assert ids(t.ack(batch)) == [0, 1, 2] and last_plan(t) == "whole-files"
+    assert ids(t.take(2)) == [3, 4]
+    assert ids(t.release([3])) == [3] and last_plan(t) == "merge"  # part of the batch
+
+    portable = sparkqueue.connect(spark, root, owner=sq.owner, clock=clock, engine="portable")
+    other = portable.tube("settle")
+    assert ids(other.ack([4])) == [4] and last_plan(other) == "merge"
+    assert t.statistics()["tasks"]["total"] == 2
+
+
+def test_a_take_carrying_acks_it_cannot_commit_acks_them_apart_first(sq: Queue) -> None:
+    """A utubettl take of more than one query chooses (``n`` over ``COLLECT_UPTO``)
+    carrying acks of whole files of the taker's leases: the plan is ``acks-apart``
+    (the acks removed alone, no data read), then the take planned again without
+    them (an ingest, then the MERGE)."""
+    from sparkqueue.engine import plan
+    from sparkqueue.engine.take import take_facts, take_once
+
+    t = sq.create_tube("apart", "utubettl")
+    t.put([{"n": i} for i in range(3)], utube="a")
+    ingest(t.context)
+    first = ids(t.take(1))
+    assert first == [0]
+    t.put([{"n": 9}], utube="b")
+    facts, _ = take_facts(t.context, 20_000, first)
+    assert plan.plan_order(facts) == [plan.Strategy.ACKS_APART, plan.Strategy.STATEMENT]
+    before = max(commit_infos(t))
+    got = take_once(t.context, 20_000, t.context.who(None), 1, first)
+    assert got is not None and ids(got) == [1, 3]
+    after = [(info["operation"], info["tag"]["sq"], info["tag"].get("plan"))
+             for v, info in sorted(commit_infos(t).items()) if v > before]
+    assert after == [("DELETE", "ack", "whole-files"), ("WRITE", "ingest", None),
+                     ("MERGE", "take", "update-or-merge")], after
