@@ -335,8 +335,7 @@ def ingest(ctx: TubeContext) -> None:
         with layout.tagged(tag) as sess:
             layout.write_marker(ctx.key, cursor, st.Cursor(upto, next_id), [
                 run.rows for run in run_frames(ctx, sess, files, next_id, cursor.first_pending)])
-        if any(tag.token in (info.get("userMetadata") or "")
-               for _, info in layout.commit_infos(tasks, before)):
+        if layout.commit_of(tasks, tag.token, before) is not None:
             break
         # skipped: another process ingested from this cursor first, maybe up to an
         # older version or in part (a take of new puts): then only the cursor tells

@@ -23,8 +23,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 __all__ = ["Strategy", "TakeFacts", "Rule", "TAKE_RULES", "COLLECT_UPTO", "plan_take",
-           "plan_order", "reads_inbox", "explained", "decision_table", "Settle",
-           "SettleFacts", "SETTLE_RULES", "plan_settle"]
+           "take_order", "reads_inbox", "explained", "decision_table", "Settle",
+           "SettleFacts", "SETTLE_RULES", "plan_settle", "settle_order"]
 
 #: Choices of at most this many tasks are collected to the driver (one Spark job less);
 #: a take of sub-queue heads leases at most this many.
@@ -136,15 +136,17 @@ def plan_take(facts: TakeFacts, tried: Iterable[Strategy] = ()) -> Strategy | No
     return _first(TAKE_RULES, facts, tried)  # type: ignore[no-any-return]
 
 
-def plan_order(facts: TakeFacts | SettleFacts) -> list[Any]:
-    """Every strategy a take (or a settling verb) with ``facts`` would try, in order,
-    were each to turn it down."""
-    plan: Callable[[Any, list[Any]], Any] = (plan_take if isinstance(facts, TakeFacts)
-                                             else plan_settle)
+def _order(rules: tuple[Rule, ...], facts: Any) -> list[Any]:
     order: list[Any] = []
-    while (strategy := plan(facts, order)) is not None:
+    while (strategy := _first(rules, facts, order)) is not None:
         order.append(strategy)
     return order
+
+
+def take_order(facts: TakeFacts) -> list[Strategy]:
+    """Every strategy a take with ``facts`` would try, in order, were each to turn
+    it down."""
+    return _order(TAKE_RULES, facts)
 
 
 def reads_inbox(facts: TakeFacts) -> bool:
@@ -155,7 +157,7 @@ def reads_inbox(facts: TakeFacts) -> bool:
 
 def explained(facts: TakeFacts) -> dict[str, Any]:
     """A take's plan as ``Tube.explain_take`` reports it."""
-    order = plan_order(facts)
+    order = take_order(facts)
     return {"strategy": order[0].value if order else None,
             "then": [s.value for s in order[1:]],
             "facts": asdict(facts)}
@@ -215,3 +217,9 @@ def plan_settle(facts: SettleFacts, tried: Iterable[Settle] = ()) -> Settle | No
     """The first strategy of :data:`SETTLE_RULES` that applies to ``facts`` and was not
     ``tried`` yet."""
     return _first(SETTLE_RULES, facts, tried)  # type: ignore[no-any-return]
+
+
+def settle_order(facts: SettleFacts) -> list[Settle]:
+    """Every strategy a settling verb with ``facts`` would try, in order; the last is
+    always :attr:`Settle.STATEMENT`."""
+    return _order(SETTLE_RULES, facts)

@@ -175,9 +175,8 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
                 wait_for_room(ctx, capacity, adding, until)
             appended = append(ctx, rows, tag, txn, tube_schema is None)
         # read at the put's own version: the sweeper purges ingested inbox rows later
-        found = [v for v, info in layout.commit_infos(inbox, before)
-                 if tag.token in (info.get("userMetadata") or "")] if appended else []
-        if found:
+        found = layout.commit_of(inbox, tag.token, before) if appended else None
+        if found is not None:
             break
         if txn is not None:  # an idempotent append Delta skipped: written before
             return None

@@ -1,5 +1,5 @@
 """A verb on named tasks (ack, release, touch, bury, done, dig, delete, requeue) as a
-plan, then its execution: :func:`plan.plan_settle` chooses, in the order of
+plan, then its execution: :func:`plan.settle_order` gives the order of
 :data:`plan.SETTLE_RULES`, and each strategy has one executor."""
 
 from __future__ import annotations
@@ -39,15 +39,10 @@ def settle(ctx: TubeContext, op: Op, tasks: Any, *, owner: str | None = None,
         if st.is_dataframe(tasks):  # one Spark job: whole files need the ids listed
             tasks = collected_ids(ctx, tasks)
     facts = settle_facts(ctx, op, tasks, extra)
-    tried: list[plan.Settle] = []
-    while (strategy := plan.plan_settle(facts, tried)) is not None:
-        tried.append(strategy)
-        if strategy is plan.Settle.WHOLE_FILES:
-            done = on_whole_files(ctx, op, tasks, ctx.who(owner))
-            if done is not None:
-                return done
-            continue
-        changed = mutate(ctx, op, tasks, extra=extra, owner=owner,
-                         tag_extra={"plan": strategy.value})
-        return empty(ctx) if changed is None else changed
-    raise AssertionError("the settle plan ends with the statement")
+    if plan.Settle.WHOLE_FILES in plan.settle_order(facts):
+        done = on_whole_files(ctx, op, tasks, ctx.who(owner))
+        if done is not None:
+            return done  # else not whole files: the statement
+    changed = mutate(ctx, op, tasks, extra=extra, owner=owner,
+                     tag_extra={"plan": plan.Settle.STATEMENT.value})
+    return empty(ctx) if changed is None else changed

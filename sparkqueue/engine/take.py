@@ -84,7 +84,8 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
     facts, upto = take_facts(ctx, n, acking)
     deadline: float | None = None  # counted from the settling: each strategy after it
 
-    def chooser(now: float, gone: list[int] | None = acking) -> Chosen:
+    def chooser(now: float) -> Chosen:
+        gone = acking  # the acks riding this commit: not chosen
         files = file_stats(ctx)
         if files is not None and not any(st.may_hold_ready(f, now) for f in files):
             return None  # nothing can be ready: no Spark job
@@ -102,16 +103,11 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         return chosen
 
     def run(strategy: plan.Strategy) -> DataFrame | NoneReady | None:
-        """The strategy's executor: its tasks, NONE_READY, or None (turned down)."""
+        """The strategy's executor: its tasks, NONE_READY, or None (turned down).
+        ``acks-apart``'s is the loop's: its acks alone, then the take planned anew."""
         if strategy is plan.Strategy.NEW_PUTS:
             assert upto is not None
             return take_fresh(ctx, take, n, win, who, acking, upto)
-        if strategy is plan.Strategy.ACKS_APART:
-            assert acking
-            if on_whole_files(ctx, verbs.ACK, acking, who) is None:
-                return None  # not whole files: they ride the statement
-            got = take_once(ctx, n, who, win, None, wait)
-            return NONE_READY if got is None else got
         if strategy is not plan.Strategy.STATEMENT:
             return take_files(ctx, take, n, who, acking, deadline, win)
         done = apply(ctx, take, None, owner=who, chooser=chooser, deadline=deadline,
@@ -127,6 +123,12 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
             settled = True
             deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
         tried.append(strategy)
+        if strategy is plan.Strategy.ACKS_APART and acking:
+            if on_whole_files(ctx, verbs.ACK, acking, who) is not None:
+                acking = None  # committed: plan the take again, without them
+                facts, upto = take_facts(ctx, n)
+                tried = [strategy]
+            continue  # else not whole files: they ride the statement
         got = run(strategy)
         if got is not None:
             return None if isinstance(got, NoneReady) else got

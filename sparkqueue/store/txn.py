@@ -79,16 +79,16 @@ class DeltaTransaction:
                changes: DataFrame | None, tag: CommitTag, removed: Files | None = None,
                local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
                ) -> tuple[int, list[dict[str, Any]]]:
-        """:meth:`AcceleratedStore.commit_ingest` in this transaction."""
-        return self._store.commit_ingest(self._txn, tube, since, cursor, runs, changes, tag,
+        """:meth:`AcceleratedStore._commit_ingest` in this transaction."""
+        return self._store._commit_ingest(self._txn, tube, since, cursor, runs, changes, tag,
                                          removed, local, like)
 
     def replace(self, removed: list[str], rows: DataFrame, tag: CommitTag, file_rows: int,
                 updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
-        """:meth:`AcceleratedStore.replace_files` in this transaction."""
+        """:meth:`AcceleratedStore._replace_files` in this transaction."""
         files = self.files
         assert files is not None, "a replace needs the snapshot's file statistics"
-        return self._store.replace_files(self._path, self._txn, files, removed, rows, tag,
+        return self._store._replace_files(self._path, self._txn, files, removed, rows, tag,
                                          file_rows, updated_rows)
 
 
@@ -131,7 +131,7 @@ class AcceleratedStore:
             return None
         return [a["path"] for a in listed]
 
-    def commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
+    def _commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
                       runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag,
                       removed: dict[str, dict[str, Any]] | None = None,
                       local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
@@ -141,7 +141,7 @@ class AcceleratedStore:
         ``since`` to ``cursor``, some maybe already changed by the same commit
         (then ``changes``: its change feed rows, with ``_change_type``, written
         when the table keeps a change feed); the version committed, and the
-        statistics of the files written (as :meth:`replace_files` gives them).
+        statistics of the files written (as :meth:`_replace_files` gives them).
         On a table with no payload column yet
         (a new tube), the commit adds the rows' payload column, every part of
         it nullable, as an append with ``mergeSchema`` would.
@@ -405,7 +405,7 @@ class AcceleratedStore:
             rows = sum(int(files[name]["rows"] or 0) for name in names)
         return self._commit_actions(path, txn, actions, tag, deleted_rows=rows)
 
-    def replace_files(self, path: str, txn: Any, files: dict[str, dict[str, Any]],
+    def _replace_files(self, path: str, txn: Any, files: dict[str, dict[str, Any]],
                       removed: list[str], rows: DataFrame, tag: CommitTag, file_rows: int,
                       updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
         """Commit in ``txn`` (on the table at ``path``) the data files ``removed``

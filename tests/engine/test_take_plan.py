@@ -92,7 +92,7 @@ def test_a_take_carrying_acks_it_cannot_commit_acks_them_apart_first(sq: Queue) 
     assert first == [0]
     t.put([{"n": 9}], utube="b")
     facts, _ = take_facts(t.context, 20_000, first)
-    assert plan.plan_order(facts) == [plan.Strategy.ACKS_APART, plan.Strategy.STATEMENT]
+    assert plan.take_order(facts) == [plan.Strategy.ACKS_APART, plan.Strategy.STATEMENT]
     before = max(commit_infos(t))
     got = take_once(t.context, 20_000, t.context.who(None), 1, first)
     assert got is not None and ids(got) == [1, 3]

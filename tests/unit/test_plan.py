@@ -17,10 +17,11 @@ from sparkqueue.engine.plan import (
     TakeFacts,
     decision_table,
     explained,
-    plan_order,
     plan_settle,
     plan_take,
     reads_inbox,
+    settle_order,
+    take_order,
 )
 
 NEW, HEAD, HEADS, APART, SQL = (Strategy.NEW_PUTS, Strategy.HEAD_FILES,
@@ -48,7 +49,7 @@ def test_each_kind_of_take_tries_its_strategies_in_the_tables_order(
         engine: str, driver: dict[str, bool], n: int, waiting: bool | None, acks: bool,
         expected: list[Strategy]) -> None:
     facts = TakeFacts(engine=engine, n=n, puts_waiting=waiting, acks=acks, **driver)
-    assert plan_order(facts) == expected
+    assert take_order(facts) == expected
     assert plan_take(facts) == expected[0]
     assert plan_take(facts, expected[:1]) == (expected[1] if len(expected) > 1 else None)
 
@@ -62,7 +63,7 @@ def test_each_kind_of_take_tries_its_strategies_in_the_tables_order(
 ])
 def test_each_settling_verb_tries_whole_files_only_where_they_can_be_its_tasks(
         facts: SettleFacts, expected: list[Settle]) -> None:
-    assert plan_order(facts) == expected
+    assert settle_order(facts) == expected
     assert plan_settle(facts) == expected[0]
     assert plan_settle(facts, expected) is None
 
