@@ -1,129 +1,155 @@
-"""Where an operation's time goes: Spark jobs, Delta commits and wall time per verb.
+"""Where a verb's time goes, on each engine: round trips, Spark work and commits.
 
-On a local Spark (classic: it reads Spark's job store and code generator
-through the JVM), a fifottl tube of --tasks tasks, each verb run --repeat
-times after a warm-up run; per verb the median wall time, the median time
-inside its Spark jobs (the rest is the driver's: planning, generating code,
-committing), the median count of whole-stage code compilations and, of its
-run with the median job count, the Spark jobs it ran, the commits it made to
-the tube's inbox and tasks tables, and what each job was for (its
-description: Delta names its own jobs, for example "Compute snapshot for
-version: N" for a rebuild of a table's state, "Filtering files for query"
-for data skipping). Then a drain of new puts: --drain-rows tasks in one put,
-taken and acked in batches of --drain-batch (0: none): the new tube's first
-batch apart, the others after a warm-up batch. Then takes of sub-queue heads:
-a utubettl tube of --sub-queues sub-queues (0: none), take(that many) with
-window 1 and its ack, with the heads consecutive ids and not (docs/design.md,
-"Where a verb's time goes", names the groups).
+For the accelerated engine and the portable one in a classic session, and the
+portable one as a Spark Connect client of a local server (each in a process
+of its own): a fifottl tube of --tasks tasks, each verb run --repeat times
+after a warm-up run; then a drain of --drain-rows new puts, take and ack in
+batches of --drain-batch, and a Consumer's drain of as many; then take with
+window 1 over a utubettl tube of --sub-queues sub-queues, and its ack.
 
-    python -m bench.profile_ops [--tasks 100000] [--repeat 5] [--engine portable]
+Per verb: the median wall seconds, and of the run with the median count of
+Spark tasks: the SQL executions (each action the driver ran), the Spark jobs,
+their stages and tasks (from Spark's monitoring REST API, which a Spark
+Connect server serves as well), the commits to the tube's tables (files
+added to their Delta logs), and for a Spark Connect client its RPCs to the
+server (counted by a gRPC interceptor on the client's channel). The counts
+are what the code does, the same on any host; the seconds are this host's.
+
+    python -m bench.profile_ops [--engines accelerated,portable,connect] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import collections
 import functools
-import re
+import json
+import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
+import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, NamedTuple
 
-from pyspark.sql import SparkSession
-from pyspark.sql import functions as F
-
 import sparkqueue
+from sparkqueue.server import ConnectServer, free_port
+
+from .engines import payload
+
+REPO = Path(__file__).resolve().parent.parent
+ENGINES = ("accelerated", "portable", "connect")
+#: what each Spark UI keeps: enough for every job of the run
+RETAINED = {"spark.ui.retainedJobs": "100000", "spark.ui.retainedStages": "100000",
+            "spark.sql.ui.retainedExecutions": "100000", "spark.ui.enabled": "true"}
 
 
-def job_descriptions(spark: SparkSession, group: str, verb: str) -> tuple[list[str], float]:
-    """What each Spark job of job group ``group`` (described as ``verb``) was for, in
-    the order they ran: Delta's name for its own jobs, else sparkqueue's; and the
-    seconds in which any of them ran."""
-    store = spark._jsparkSession.sparkContext().statusStore()
-    tracker = spark.sparkContext.statusTracker()
-    out, spans = [], []
-    for job in sorted(tracker.getJobIdsForGroup(group)):
-        data = store.job(job)
-        text = re.sub(r"^Some\((.*)\)$", r"\1", str(data.description()))
-        text = re.sub(r"^(Delta: )+", "", text).removeprefix(verb).lstrip(":- ")
-        # a name Delta gives a stage of its command also carries the command's
-        out.append(text.removeprefix("Delta: ") or "sparkqueue (a read, write or collect)")
-        if data.submissionTime().isDefined() and data.completionTime().isDefined():
-            spans.append((data.submissionTime().get().getTime(),
-                          data.completionTime().get().getTime()))
-    busy, end = 0, 0  # jobs may overlap: count each millisecond once
-    for first, last in sorted(spans):
-        busy += max(0, last - max(first, end))
-        end = max(end, last)
-    return out, busy / 1000
+class Work(NamedTuple):
+    """What the driver ran: SQL executions, Spark jobs, completed stages, their tasks."""
+
+    executions: int
+    jobs: int
+    stages: int
+    tasks: int
 
 
-def compilations(spark: SparkSession) -> int:
-    """How many classes Spark's code generator has compiled in this JVM so far."""
-    metrics = spark._jvm.org.apache.spark.metrics.source.CodegenMetrics  # type: ignore[union-attr]
-    return int(metrics.METRIC_COMPILATION_TIME().getCount())
+class SparkUi:
+    """Spark's monitoring REST API at ``url``: counts of what the driver ran."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url.rstrip("/") + "/api/v1/applications"
+        self.app = self.get("")[0]["id"]
+
+    def get(self, path: str) -> Any:
+        with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as answer:
+            return json.load(answer)
+
+    def work(self) -> Work:
+        """Everything run so far, once the status store has taken every event in
+        (events reach it a little after the actions return)."""
+        last: Work | None = None
+        while True:
+            jobs = self.get(f"/{self.app}/jobs")
+            stages = self.get(f"/{self.app}/stages?status=complete")
+            now = Work(len(self.get(f"/{self.app}/sql?details=false&length=1000000")),
+                       len(jobs), len(stages), sum(s["numCompleteTasks"] for s in stages))
+            if now == last and all(j["status"] != "RUNNING" for j in jobs):
+                return now
+            last = now
+            time.sleep(0.2)
 
 
-class Run(NamedTuple):
-    """One run of a verb: wall seconds, seconds inside Spark jobs, classes compiled,
-    what its jobs were for, its commits."""
+class RpcCounter:
+    """A gRPC interceptor counting a Spark Connect client's calls to the server."""
 
-    took: float
-    in_jobs: float
-    compiled: int
-    jobs: list[str]
-    commits: int
+    calls = 0
+
+    def intercept_unary_unary(self, call: Callable[..., Any], details: Any,
+                              request: Any) -> Any:
+        RpcCounter.calls += 1
+        return call(details, request)
+
+    def intercept_unary_stream(self, call: Callable[..., Any], details: Any,
+                               request: Any) -> Any:
+        RpcCounter.calls += 1
+        return call(details, request)
+
+
+def remote_session(url: str) -> Any:
+    """A Spark Connect session whose channel counts its calls (:class:`RpcCounter`)."""
+    import grpc
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession
+
+    counter = type("Counter", (RpcCounter, grpc.UnaryUnaryClientInterceptor,
+                               grpc.UnaryStreamClientInterceptor), {})()
+    channel = DefaultChannelBuilder(url)
+    channel.add_interceptor(counter)
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # what builder.remote() sets: the
+    # functions module builds Connect Columns
+    return SparkSession.builder.channelBuilder(channel).getOrCreate()
+
+
+def commits(root: str) -> int:
+    """Commit files in the Delta logs of every tube's tables under ``root``."""
+    return sum(1 for _ in Path(root, "tubes").glob("*/*/_delta_log/*.json"))
 
 
 class Profile:
-    """Runs verbs in job groups of their own and keeps what each cost."""
+    """Runs verbs and keeps what each cost."""
 
-    def __init__(self, spark: SparkSession, tube: sparkqueue.Tube) -> None:
-        self.spark, self.tube = spark, tube
-        self.runs: dict[str, list[Run]] = collections.defaultdict(list)
-
-    def commits(self) -> int:
-        layout = self.tube.context.layout
-        name = self.tube.name
-        return layout.latest_version(layout.inbox(name)) + layout.latest_version(
-            layout.tasks(name))
+    def __init__(self, ui: SparkUi, root: str) -> None:
+        self.ui, self.root = ui, root
+        self.runs: dict[str, list[dict[str, float]]] = {}
 
     def run(self, verb: str, fn: Callable[[], Any]) -> Any:
-        group = f"{verb}-{time.monotonic_ns()}"
-        self.spark.sparkContext.setJobGroup(group, verb)
-        before, compiled = self.commits(), compilations(self.spark)
+        before, made, rpcs = self.ui.work(), commits(self.root), RpcCounter.calls
         start = time.perf_counter()
         result = fn()
         took = time.perf_counter() - start
-        compiled = compilations(self.spark) - compiled
-        jobs, in_jobs = job_descriptions(self.spark, group, verb)
-        self.runs[verb].append(Run(took, in_jobs, compiled, jobs, self.commits() - before))
-        self.spark.sparkContext.setJobGroup("", "")
+        after = self.ui.work()
+        self.runs.setdefault(verb, []).append({
+            "s": took, "commits": commits(self.root) - made, "rpcs": RpcCounter.calls - rpcs,
+            **{k: getattr(after, k) - getattr(before, k) for k in Work._fields}})
         return result
 
-    def report(self) -> str:
-        """A Markdown table: per verb, median seconds, then the jobs, commits and jobs'
-        purposes of its run with the median job count (the warm-up run left out):
-        the run that writes a Delta checkpoint, one commit in ten, has more jobs
-        than the others, and a verb's last run may be that one."""
-        lines = ["| verb | median s | in jobs s | compiled | Spark jobs | commits | "
-                 "jobs, in order |", "| --- | ---: | ---: | ---: | ---: | ---: | --- |"]
+    def medians(self) -> dict[str, dict[str, float]]:
+        """Per verb: the median seconds, and the counts of the run with the median
+        count of tasks (the warm-up run left out where there are others)."""
+        out = {}
         for verb, runs in self.runs.items():
             timed = runs[1:] or runs
-            mid = sorted(timed, key=lambda r: len(r.jobs))[(len(timed) - 1) // 2]
-            lines.append(f"| {verb} | {statistics.median(r.took for r in timed):.2f} | "
-                         f"{statistics.median(r.in_jobs for r in timed):.2f} | "
-                         f"{statistics.median(r.compiled for r in timed):g} | "
-                         f"{len(mid.jobs)} | {mid.commits} | {'; '.join(mid.jobs)} |")
-        return "\n".join(lines)
+            mid = sorted(timed, key=lambda r: r["tasks"])[(len(timed) - 1) // 2]
+            out[verb] = {**mid, "s": statistics.median(r["s"] for r in timed)}
+        return out
 
 
 def one_round(profile: Profile, tube: sparkqueue.Tube) -> None:
     """Each verb once, on tasks of the tube's head."""
     profile.run("put(1)", lambda: tube.put({"n": -1}))
-    profile.run("take(1) ingesting put(1)", lambda: tube.take(1))
+    profile.run("take(1) of a put(1)", lambda: tube.take(1))
     taken = profile.run("take(1)", lambda: tube.take(1))
     profile.run("ack(1)", lambda: tube.ack(taken))
     thousand = profile.run("take(1,000)", lambda: tube.take(1000))
@@ -137,68 +163,130 @@ def one_round(profile: Profile, tube: sparkqueue.Tube) -> None:
     profile.run("statistics", tube.statistics)
 
 
-def drain(profile: Profile, sq: sparkqueue.Queue, rows: int, batch: int) -> None:
-    """A drain of new puts: ``rows`` tasks in one put (not profiled), then
-    take(``batch``) + ack until none is left; the new tube's first batch apart
-    (where its first ingest added the payload column with its files, Delta's checksum
-    holds no file list and the first ack rebuilds the table's state)."""
+def drains(profile: Profile, sq: sparkqueue.Queue, spark: Any, rows: int, batch: int) -> None:
+    """``rows`` new puts taken and acked in batches of ``batch`` (the first batch the
+    warm-up), then as many by a Consumer (each round a take carrying the last
+    batch's acks), its whole run."""
     tube = sq.create_tube("drain", "fifottl")
-    profile.tube = tube  # its commits are the ones counted from here on
-    tube.put(profile.spark.range(rows).toDF("n"))
-    verb = f"{batch:,}"
-    for k in range(rows // batch):
-        first = ", the tube's first" if k == 0 else ""
-        taken = profile.run(f"take({verb}) of new puts{first}", lambda: tube.take(batch))
-        profile.run(f"ack({verb}){first}", functools.partial(tube.ack, taken))
+    tube.put(payload(spark, rows))
+    size = f"{batch:,}"
+    for _ in range(rows // batch):
+        taken = profile.run(f"take({size}) of new puts", lambda: tube.take(batch))
+        profile.run(f"ack({size}) of a take", functools.partial(tube.ack, taken))
+    tube = sq.create_tube("consumed", "fifottl")
+    tube.put(payload(spark, rows))
+    consumer = sparkqueue.Consumer(tube, lambda got: None, batch_size=batch, take_timeout=0,
+                                   idle_timeout=0)
+    profile.run(f"a Consumer's drain of {rows:,}, batches of {size}", consumer.run)
 
 
-def sub_queues(profile: Profile, sq: sparkqueue.Queue, queues: int, rounds: int) -> None:
-    """A utubettl tube of ``queues`` sub-queues (tasks put round robin, so that each
-    round's heads are consecutive ids, and again with each sub-queue's tasks put
-    together, so that they are not): ``rounds`` of take(``queues``) with window 1
-    (a head of each sub-queue) and the ack of it, the first round (the ingest)
-    the warm-up run."""
-    for order, label in (("n % {q}", "round robin"), ("n div {r}", "put together")):
-        tube = sq.create_tube(f"utube_{len(profile.runs)}", "utubettl")
-        profile.tube = tube
-        rows = profile.spark.range(queues * (rounds + 1)).toDF("n")
-        queue = F.expr(order.format(q=queues, r=rounds + 1)).cast("string")
-        tube.put(rows.withColumn("q", queue), utube=F.col("q"))
-        for _ in range(rounds + 1):
-            taken = profile.run(f"take({queues}), window 1, sub-queues {label}",
-                                functools.partial(tube.take, queues, window=1))
-            profile.run(f"ack({queues}), sub-queues {label}", functools.partial(tube.ack, taken))
+def sub_queues(profile: Profile, sq: sparkqueue.Queue, spark: Any, queues: int,
+               rounds: int) -> None:
+    """take(``queues``) with window 1 over ``queues`` sub-queues and its ack, ``rounds``
+    times after a warm-up round (the ingest)."""
+    from pyspark.sql import functions as F
+
+    tube = sq.create_tube("utube", "utubettl")
+    rows = spark.range(queues * (rounds + 1)).toDF("n")
+    tube.put(rows.withColumn("q", (F.col("n") % queues).cast("string")), utube=F.col("q"))
+    for _ in range(rounds + 1):
+        taken = profile.run(f"take({queues:,}), window 1, {queues:,} sub-queues",
+                            lambda: tube.take(queues, window=1))
+        profile.run(f"ack({queues:,}) of sub-queue heads", functools.partial(tube.ack, taken))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", type=int, default=100_000)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--engine", default=None, choices=("portable", "accelerated"))
-    parser.add_argument("--drain-rows", type=int, default=1_000_000)
-    parser.add_argument("--drain-batch", type=int, default=100_000)
-    parser.add_argument("--sub-queues", type=int, default=16)
-    args = parser.parse_args(argv)
-    spark = sparkqueue.session(app_name="sparkqueue-profile", master="local[2]")
-    root = tempfile.mkdtemp(prefix="sparkqueue-profile-")
-    sq = sparkqueue.connect(spark, root, owner="profile", engine=args.engine)
+def profile_engine(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    """Every verb on this process's engine (a client of ``SPARK_REMOTE`` when set)."""
+    remote = os.environ.get("SPARK_REMOTE")
+    if remote:
+        spark = remote_session(remote)
+    else:
+        ui_port = free_port()
+        spark = sparkqueue.session(app_name="sparkqueue-profile", master="local[2]",
+                                   conf={**RETAINED, "spark.ui.port": str(ui_port)})
+    ui = SparkUi(args.ui or spark.sparkContext.uiWebUrl)
+    sq = sparkqueue.connect(spark, args.root, owner="profile",
+                            engine=None if remote else args.engine)
+    profile = Profile(ui, args.root)
     tube = sq.create_tube("p", "fifottl")
-    profile = Profile(spark, tube)
-    profile.run("put (tasks)", lambda: tube.put(spark.range(args.tasks).toDF("n")))
-    profile.run("take(1) with the ingest", lambda: tube.take(1))
+    profile.run("put of the tasks", lambda: tube.put(payload(spark, args.tasks)))
+    profile.run("take(1) with their ingest", lambda: tube.take(1))
     tube.release_all()
     for _ in range(args.repeat + 1):
         one_round(profile, tube)
     if args.drain_batch:
-        drain(profile, sq, args.drain_rows, args.drain_batch)
+        drains(profile, sq, spark, args.drain_rows, args.drain_batch)
     if args.sub_queues:
-        sub_queues(profile, sq, args.sub_queues, args.repeat + 1)
-    print(f"engine: {sq.engine}; a fifottl tube of {args.tasks} tasks; medians of "
-          f"{args.repeat} runs after a warm-up run; the drain of {args.drain_rows} new "
-          f"tasks in batches of {args.drain_batch}: its first batch, then the medians of "
-          "the others after a warm-up batch; sub-queues: medians after a warm-up run\n")
-    print(profile.report())
+        sub_queues(profile, sq, spark, args.sub_queues, args.repeat)
+    medians = profile.medians()
     spark.stop()
+    return medians
+
+
+def run_engine(engine: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """:func:`profile_engine` for ``engine`` in a new process; its figures."""
+    out = work / f"{engine}.json"
+    command = [sys.executable, "-m", "bench.profile_ops", "--engine-process", engine,
+               "--root", str(work / engine), "--json", str(out),
+               *(f"--{k.replace('_', '-')}={getattr(args, k)}" for k in
+                 ("tasks", "repeat", "drain_rows", "drain_batch", "sub_queues"))]
+    if engine != "connect":
+        subprocess.run(command, cwd=REPO, check=True)
+        return dict(json.loads(out.read_text()))
+    ui_port = free_port()
+    server = ConnectServer(conf={**RETAINED, "spark.ui.port": str(ui_port),
+                                 "spark.driver.memory": "6g"}, log=work / "server.log")
+    with server:
+        subprocess.run([*command, f"--ui=http://127.0.0.1:{ui_port}"], cwd=REPO, check=True,
+                       env={**os.environ, "SPARK_REMOTE": server.url})
+    return dict(json.loads(out.read_text()))
+
+
+def table(profiles: dict[str, dict[str, dict[str, float]]]) -> str:
+    """A Markdown table: per verb, each engine's seconds and what it ran."""
+    engines = list(profiles)
+    head = " | ".join(f"{e} s | {e}: executions, jobs, tasks, commits"
+                      + (", RPCs" if e == "connect" else "") for e in engines)
+    lines = [f"| verb | {head} |", "| --- |" + " ---: | --- |" * len(engines)]
+    for verb in profiles[engines[0]]:
+        cells = []
+        for engine in engines:
+            r = profiles[engine].get(verb)
+            if r is None:
+                cells += ["", ""]
+                continue
+            counts = [r["executions"], r["jobs"], r["tasks"], r["commits"]]
+            counts += [r["rpcs"]] if engine == "connect" else []
+            cells += [f"{r['s']:.2f}", ", ".join(f"{c:g}" for c in counts)]
+        lines.append(f"| {verb} | {' | '.join(cells)} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--engines", default=",".join(ENGINES))
+    parser.add_argument("--tasks", type=int, default=100_000)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--drain-rows", type=int, default=300_000)
+    parser.add_argument("--drain-batch", type=int, default=100_000)
+    parser.add_argument("--sub-queues", type=int, default=1000)
+    parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--engine-process", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--ui", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.engine_process:  # one engine's process
+        args.engine = "portable" if args.engine_process == "connect" else args.engine_process
+        Path(args.json).write_text(json.dumps(profile_engine(args)))
+        return 0
+    work = Path(tempfile.mkdtemp(prefix="sparkqueue-profile-"))
+    profiles = {e: run_engine(e, args, work) for e in args.engines.split(",")}
+    print(f"a fifottl tube of {args.tasks:,} tasks, medians of {args.repeat} runs after a "
+          f"warm-up run; drains of {args.drain_rows:,} new puts in batches of "
+          f"{args.drain_batch:,}\n")
+    print(table(profiles))
+    if args.json:
+        Path(args.json).write_text(json.dumps(profiles, indent=1))
     return 0
 
 
