@@ -15,7 +15,7 @@ added to their Delta logs), and for a Spark Connect client its RPCs to the
 server (counted by a gRPC interceptor on the client's channel). The counts
 are what the code does, the same on any host; the seconds are this host's.
 
-    python -m bench.profile_ops [--engines accelerated,portable,connect] [--json out.json]
+    python -m bench.profile_ops [--engines accelerated,portable,connect] [--jobs] [--json F]
 """
 
 from __future__ import annotations
@@ -66,9 +66,11 @@ class SparkUi:
         with urllib.request.urlopen(f"{self.url}{path}", timeout=30) as answer:
             return json.load(answer)
 
-    def work(self) -> Work:
+    def work(self) -> tuple[Work, dict[int, str]]:
         """Everything run so far, once the status store has taken every event in
-        (events reach it a little after the actions return)."""
+        (events reach it a little after the actions return), and what each job
+        was for (its description: Delta names its own jobs, for example "Compute
+        snapshot for version: N" for a rebuild of a table's state)."""
         last: Work | None = None
         while True:
             jobs = self.get(f"/{self.app}/jobs")
@@ -76,7 +78,7 @@ class SparkUi:
             now = Work(len(self.get(f"/{self.app}/sql?details=false&length=1000000")),
                        len(jobs), len(stages), sum(s["numCompleteTasks"] for s in stages))
             if now == last and all(j["status"] != "RUNNING" for j in jobs):
-                return now
+                return now, {j["jobId"]: j.get("description") or j["name"] for j in jobs}
             last = now
             time.sleep(0.2)
 
@@ -122,20 +124,21 @@ class Profile:
 
     def __init__(self, ui: SparkUi, root: str) -> None:
         self.ui, self.root = ui, root
-        self.runs: dict[str, list[dict[str, float]]] = {}
+        self.runs: dict[str, list[dict[str, Any]]] = {}
 
     def run(self, verb: str, fn: Callable[[], Any]) -> Any:
-        before, made, rpcs = self.ui.work(), commits(self.root), RpcCounter.calls
+        (before, seen), made, rpcs = self.ui.work(), commits(self.root), RpcCounter.calls
         start = time.perf_counter()
         result = fn()
         took = time.perf_counter() - start
-        after = self.ui.work()
+        after, jobs = self.ui.work()
         self.runs.setdefault(verb, []).append({
             "s": took, "commits": commits(self.root) - made, "rpcs": RpcCounter.calls - rpcs,
-            **{k: getattr(after, k) - getattr(before, k) for k in Work._fields}})
+            **{k: getattr(after, k) - getattr(before, k) for k in Work._fields},
+            "jobs_for": [jobs[j] for j in sorted(set(jobs) - set(seen))]})
         return result
 
-    def medians(self) -> dict[str, dict[str, float]]:
+    def medians(self) -> dict[str, dict[str, Any]]:
         """Per verb: the median seconds, and the counts of the run with the median
         count of tasks (the warm-up run left out where there are others)."""
         out = {}
@@ -195,7 +198,7 @@ def sub_queues(profile: Profile, sq: sparkqueue.Queue, spark: Any, queues: int,
         profile.run(f"ack({queues:,}) of sub-queue heads", functools.partial(tube.ack, taken))
 
 
-def profile_engine(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+def profile_engine(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Every verb on this process's engine (a client of ``SPARK_REMOTE`` when set)."""
     remote = os.environ.get("SPARK_REMOTE")
     if remote:
@@ -242,7 +245,7 @@ def run_engine(engine: str, args: argparse.Namespace, work: Path) -> dict[str, A
     return dict(json.loads(out.read_text()))
 
 
-def table(profiles: dict[str, dict[str, dict[str, float]]]) -> str:
+def table(profiles: dict[str, dict[str, dict[str, Any]]]) -> str:
     """A Markdown table: per verb, each engine's seconds and what it ran."""
     engines = list(profiles)
     head = " | ".join(f"{e} s | {e}: executions, jobs, tasks, commits"
@@ -271,6 +274,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-batch", type=int, default=100_000)
     parser.add_argument("--sub-queues", type=int, default=1000)
     parser.add_argument("--json", default=None, help="also write the figures here")
+    parser.add_argument("--jobs", action="store_true", help="also list what each job was for")
     parser.add_argument("--engine-process", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--root", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--ui", default=None, help=argparse.SUPPRESS)
@@ -285,6 +289,11 @@ def main(argv: list[str] | None = None) -> int:
           f"warm-up run; drains of {args.drain_rows:,} new puts in batches of "
           f"{args.drain_batch:,}\n")
     print(table(profiles))
+    if args.jobs:
+        for engine, verbs in profiles.items():
+            print(f"\n{engine}: what each verb's Spark jobs were for\n")
+            for verb, run in verbs.items():
+                print(f"- {verb}: {'; '.join(run['jobs_for'])}")
     if args.json:
         Path(args.json).write_text(json.dumps(profiles, indent=1))
     return 0
