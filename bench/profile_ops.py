@@ -21,6 +21,7 @@ are what the code does, the same on any host; the seconds are this host's.
 from __future__ import annotations
 
 import argparse
+import collections
 import functools
 import json
 import os
@@ -78,24 +79,32 @@ class SparkUi:
             now = Work(len(self.get(f"/{self.app}/sql?details=false&length=1000000")),
                        len(jobs), len(stages), sum(s["numCompleteTasks"] for s in stages))
             if now == last and all(j["status"] != "RUNNING" for j in jobs):
-                return now, {j["jobId"]: j.get("description") or j["name"] for j in jobs}
+                return now, {j["jobId"]: job_purpose(j) for j in jobs}
             last = now
             time.sleep(0.2)
 
 
-class RpcCounter:
-    """A gRPC interceptor counting a Spark Connect client's calls to the server."""
+def job_purpose(job: dict[str, Any]) -> str:
+    """What a job was for: its description, else its name, first line; a Spark
+    Connect server names its jobs by the session alone."""
+    text = str(job.get("description") or job.get("name") or "").splitlines()[0]
+    return "a Spark Connect execution" if text.startswith("Spark Connect") else text
 
-    calls = 0
+
+class RpcCounter:
+    """A gRPC interceptor counting a Spark Connect client's calls to the server, by
+    method (``ExecutePlan``, ``AnalyzePlan``, ``Config``, ...)."""
+
+    calls: collections.Counter[str] = collections.Counter()
 
     def intercept_unary_unary(self, call: Callable[..., Any], details: Any,
                               request: Any) -> Any:
-        RpcCounter.calls += 1
+        RpcCounter.calls[str(details.method).rsplit("/", 1)[-1]] += 1
         return call(details, request)
 
     def intercept_unary_stream(self, call: Callable[..., Any], details: Any,
                                request: Any) -> Any:
-        RpcCounter.calls += 1
+        RpcCounter.calls[str(details.method).rsplit("/", 1)[-1]] += 1
         return call(details, request)
 
 
@@ -127,13 +136,16 @@ class Profile:
         self.runs: dict[str, list[dict[str, Any]]] = {}
 
     def run(self, verb: str, fn: Callable[[], Any]) -> Any:
-        (before, seen), made, rpcs = self.ui.work(), commits(self.root), RpcCounter.calls
+        (before, seen), made = self.ui.work(), commits(self.root)
+        rpcs = RpcCounter.calls.copy()
         start = time.perf_counter()
         result = fn()
         took = time.perf_counter() - start
         after, jobs = self.ui.work()
         self.runs.setdefault(verb, []).append({
-            "s": took, "commits": commits(self.root) - made, "rpcs": RpcCounter.calls - rpcs,
+            "s": took, "commits": commits(self.root) - made,
+            "rpcs": (RpcCounter.calls - rpcs).total(),
+            "rpc_methods": dict(RpcCounter.calls - rpcs),
             **{k: getattr(after, k) - getattr(before, k) for k in Work._fields},
             "jobs_for": [jobs[j] for j in sorted(set(jobs) - set(seen))]})
         return result
@@ -293,7 +305,9 @@ def main(argv: list[str] | None = None) -> int:
         for engine, verbs in profiles.items():
             print(f"\n{engine}: what each verb's Spark jobs were for\n")
             for verb, run in verbs.items():
-                print(f"- {verb}: {'; '.join(run['jobs_for'])}")
+                methods = ", ".join(f"{k} {v}" for k, v in sorted(run["rpc_methods"].items()))
+                print(f"- {verb}: {'; '.join(run['jobs_for'])}"
+                      + (f" (RPCs: {methods})" if methods else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(profiles, indent=1))
     return 0
