@@ -35,6 +35,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import grpc
+
 import sparkqueue
 from sparkqueue.server import ConnectServer, free_port
 
@@ -91,31 +93,26 @@ def job_purpose(job: dict[str, Any]) -> str:
     return "a Spark Connect execution" if text.startswith("Spark Connect") else text
 
 
-class RpcCounter:
+class RpcCounter(grpc.UnaryUnaryClientInterceptor,  # type: ignore[misc]
+                 grpc.UnaryStreamClientInterceptor):  # type: ignore[misc]
     """A gRPC interceptor counting a Spark Connect client's calls to the server, by
     method (``ExecutePlan``, ``AnalyzePlan``, ``Config``, ...)."""
 
-    calls: collections.Counter[str] = collections.Counter()
+    def __init__(self) -> None:
+        self.calls: collections.Counter[str] = collections.Counter()
 
-    def intercept_unary_unary(self, call: Callable[..., Any], details: Any,
-                              request: Any) -> Any:
-        RpcCounter.calls[str(details.method).rsplit("/", 1)[-1]] += 1
+    def _counted(self, call: Callable[..., Any], details: Any, request: Any) -> Any:
+        self.calls[str(details.method).rsplit("/", 1)[-1]] += 1
         return call(details, request)
 
-    def intercept_unary_stream(self, call: Callable[..., Any], details: Any,
-                               request: Any) -> Any:
-        RpcCounter.calls[str(details.method).rsplit("/", 1)[-1]] += 1
-        return call(details, request)
+    intercept_unary_unary = intercept_unary_stream = _counted
 
 
-def remote_session(url: str) -> Any:
-    """A Spark Connect session whose channel counts its calls (:class:`RpcCounter`)."""
-    import grpc
+def remote_session(url: str, counter: RpcCounter) -> Any:
+    """A Spark Connect session whose channel has ``counter`` count its calls."""
     from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession
 
-    counter = type("Counter", (RpcCounter, grpc.UnaryUnaryClientInterceptor,
-                               grpc.UnaryStreamClientInterceptor), {})()
     channel = DefaultChannelBuilder(url)
     channel.add_interceptor(counter)
     os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"  # what builder.remote() sets: the
@@ -131,21 +128,21 @@ def commits(root: str) -> int:
 class Profile:
     """Runs verbs and keeps what each cost."""
 
-    def __init__(self, ui: SparkUi, root: str) -> None:
-        self.ui, self.root = ui, root
+    def __init__(self, ui: SparkUi, root: str, rpcs: RpcCounter) -> None:
+        self.ui, self.root, self.rpcs = ui, root, rpcs
         self.runs: dict[str, list[dict[str, Any]]] = {}
 
     def run(self, verb: str, fn: Callable[[], Any]) -> Any:
         (before, seen), made = self.ui.work(), commits(self.root)
-        rpcs = RpcCounter.calls.copy()
+        rpcs = self.rpcs.calls.copy()
         start = time.perf_counter()
         result = fn()
         took = time.perf_counter() - start
         after, jobs = self.ui.work()
         self.runs.setdefault(verb, []).append({
             "s": took, "commits": commits(self.root) - made,
-            "rpcs": (RpcCounter.calls - rpcs).total(),
-            "rpc_methods": dict(RpcCounter.calls - rpcs),
+            "rpcs": (self.rpcs.calls - rpcs).total(),
+            "rpc_methods": dict(self.rpcs.calls - rpcs),
             **{k: getattr(after, k) - getattr(before, k) for k in Work._fields},
             "jobs_for": [jobs[j] for j in sorted(set(jobs) - set(seen))]})
         return result
@@ -213,8 +210,9 @@ def sub_queues(profile: Profile, sq: sparkqueue.Queue, spark: Any, queues: int,
 def profile_engine(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     """Every verb on this process's engine (a client of ``SPARK_REMOTE`` when set)."""
     remote = os.environ.get("SPARK_REMOTE")
+    rpcs = RpcCounter()  # counts nothing in a classic session
     if remote:
-        spark = remote_session(remote)
+        spark = remote_session(remote, rpcs)
     else:
         ui_port = free_port()
         spark = sparkqueue.session(app_name="sparkqueue-profile", master="local[2]",
@@ -222,7 +220,7 @@ def profile_engine(args: argparse.Namespace) -> dict[str, dict[str, Any]]:
     ui = SparkUi(args.ui or spark.sparkContext.uiWebUrl)
     sq = sparkqueue.connect(spark, args.root, owner="profile",
                             engine=None if remote else args.engine)
-    profile = Profile(ui, args.root)
+    profile = Profile(ui, args.root, rpcs)
     tube = sq.create_tube("p", "fifottl")
     profile.run("put of the tasks", lambda: tube.put(payload(spark, args.tasks)))
     profile.run("take(1) with their ingest", lambda: tube.take(1))

@@ -12,7 +12,9 @@ the ones tried left out. :data:`TAKE_RULES` is the table, in order;
 ``Tube.explain_take`` reports a take's plan without taking anything.
 
 A settling verb on the caller's own leases (ack, release, touch, bury) plans
-alike: :class:`SettleFacts`, :data:`SETTLE_RULES`, :func:`plan_settle`.
+alike: :class:`SettleFacts`, :data:`SETTLE_RULES`, :func:`settle_order` (whole
+files where they may be its tasks, then the statement, which never turns a verb
+down).
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 __all__ = ["Strategy", "TakeFacts", "Rule", "TAKE_RULES", "COLLECT_UPTO", "plan_take",
            "take_order", "reads_inbox", "explained", "decision_table", "Settle",
-           "SettleFacts", "SETTLE_RULES", "plan_settle", "settle_order"]
+           "SettleFacts", "SETTLE_RULES", "settle_order"]
 
 #: Choices of at most this many tasks are collected to the driver (one Spark job less);
 #: a take of sub-queue heads leases at most this many.
@@ -211,12 +213,6 @@ SETTLE_RULES: tuple[Rule, ...] = (
          "every verb and every case: the guards refuse what must not change",
          lambda f: True),
 )
-
-
-def plan_settle(facts: SettleFacts, tried: Iterable[Settle] = ()) -> Settle | None:
-    """The first strategy of :data:`SETTLE_RULES` that applies to ``facts`` and was not
-    ``tried`` yet."""
-    return _first(SETTLE_RULES, facts, tried)  # type: ignore[no-any-return]
 
 
 def settle_order(facts: SettleFacts) -> list[Settle]:

@@ -103,8 +103,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         return chosen
 
     def run(strategy: plan.Strategy) -> DataFrame | NoneReady | None:
-        """The strategy's executor: its tasks, NONE_READY, or None (turned down).
-        ``acks-apart``'s is the loop's: its acks alone, then the take planned anew."""
+        """The strategy's executor: its tasks, NONE_READY, or None (turned down)."""
         if strategy is plan.Strategy.NEW_PUTS:
             assert upto is not None
             return take_fresh(ctx, take, n, win, who, acking, upto)
@@ -123,11 +122,12 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
             settled = True
             deadline = ctx.deadline(wait if wait != float("inf") else 0.0)
         tried.append(strategy)
-        if strategy is plan.Strategy.ACKS_APART and acking:
+        if strategy is plan.Strategy.ACKS_APART:  # its executor: the acks alone, then
+            assert acking  # the take planned anew, in this loop
             if on_whole_files(ctx, verbs.ACK, acking, who) is not None:
                 acking = None  # committed: plan the take again, without them
                 facts, upto = take_facts(ctx, n)
-                tried = [strategy]
+                tried = []
             continue  # else not whole files: they ride the statement
         got = run(strategy)
         if got is not None:

@@ -81,7 +81,7 @@ class DeltaTransaction:
                ) -> tuple[int, list[dict[str, Any]]]:
         """:meth:`AcceleratedStore._commit_ingest` in this transaction."""
         return self._store._commit_ingest(self._txn, tube, since, cursor, runs, changes, tag,
-                                         removed, local, like)
+                                          removed, local, like)
 
     def replace(self, removed: list[str], rows: DataFrame, tag: CommitTag, file_rows: int,
                 updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
@@ -89,7 +89,7 @@ class DeltaTransaction:
         files = self.files
         assert files is not None, "a replace needs the snapshot's file statistics"
         return self._store._replace_files(self._path, self._txn, files, removed, rows, tag,
-                                         file_rows, updated_rows)
+                                          file_rows, updated_rows)
 
 
 class AcceleratedStore:
@@ -132,10 +132,10 @@ class AcceleratedStore:
         return [a["path"] for a in listed]
 
     def _commit_ingest(self, txn: Any, tube: str, since: Cursor, cursor: Cursor,
-                      runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag,
-                      removed: dict[str, dict[str, Any]] | None = None,
-                      local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
-                      ) -> tuple[int, list[dict[str, Any]]]:
+                       runs: list[DataFrame], changes: DataFrame | None, tag: CommitTag,
+                       removed: dict[str, dict[str, Any]] | None = None,
+                       local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
+                       ) -> tuple[int, list[dict[str, Any]]]:
         """Commit in ``txn`` (begun with ``read_all``) the ingest of ``runs`` (task
         rows, each written apart as :func:`ingest_frame` lays them out) from
         ``since`` to ``cursor``, some maybe already changed by the same commit
@@ -406,8 +406,8 @@ class AcceleratedStore:
         return self._commit_actions(path, txn, actions, tag, deleted_rows=rows)
 
     def _replace_files(self, path: str, txn: Any, files: dict[str, dict[str, Any]],
-                      removed: list[str], rows: DataFrame, tag: CommitTag, file_rows: int,
-                      updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
+                       removed: list[str], rows: DataFrame, tag: CommitTag, file_rows: int,
+                       updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
         """Commit in ``txn`` (on the table at ``path``) the data files ``removed``
         (their statistics in ``files``, as :meth:`files_at` gives them) gone
         and ``rows`` written in their place, in files of at most ``file_rows``
