@@ -317,16 +317,22 @@ def run_frames(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
     return out
 
 
-def ingest(ctx: TubeContext) -> None:
-    """Move tasks put since the last ingest into the tasks table, exactly once."""
+def ingest(ctx: TubeContext, newest: dict[str, int] | None = None) -> None:
+    """Move tasks put since the last ingest into the tasks table, exactly once.
+
+    ``newest``: the inbox's and the tasks table's newest versions, read just
+    now (:meth:`Layout.latest_versions`), so not read again."""
     layout = ctx.layout
-    upto = layout.latest_version(layout.inbox(ctx.key))
+    tasks, inbox = layout.tasks(ctx.key), layout.inbox(ctx.key)
+    newest = newest or {}
+    upto = newest[inbox] if inbox in newest else layout.latest_version(inbox)
     if upto <= ctx.ingested_upto:
         return
-    cursor = layout.cursor(ctx.key)
+    read = newest.get(tasks)  # the tasks table's version, while no ingest has been tried
+    cursor = layout.cursor(ctx.key, at=read)
     while upto > cursor.version:
-        tasks = layout.tasks(ctx.key)
-        before = layout.latest_version(tasks)
+        before = layout.latest_version(tasks) if read is None else read
+        read = None
         files, next_id = layout.put_files(ctx.key, cursor, upto)
         files = within(files, next_id, cursor.first_pending, next_id)
         if not files:  # only the sweeper's commits (purge, vacuum) since

@@ -103,10 +103,12 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     path = layout.tasks(ctx.key)
 
     def attempt() -> tuple[DataFrame, dict[str, int]] | None:
-        if op.pending:
-            ingest(ctx)
+        if op.pending:  # the inbox's newest version and the table's in one look
+            ingest(ctx, layout.latest_versions([layout.inbox(ctx.key), path]))
+            before = layout.known_version(path)  # its ingest's commit, if it made one
+        else:
+            before = layout.latest_version(path)
         now = ctx.now()
-        before = layout.latest_version(path)
         if chooser is None or op.chooses_leases:  # the MERGE needs their rows
             settled = refusals.settle_for(ctx, op, ids, who, now)
         else:  # a choice by state: ended leases are ready (or expired) rows

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from ..objectstore import is_s3
@@ -47,9 +47,16 @@ class LogFiles(Protocol):
     def read_many(self, files: list[str]) -> dict[str, str]:
         """The texts of those of ``files`` that are there, by file."""
 
-    def latest_version(self, table: str, known: int) -> int | None:
+    def latest_version(self, table: str, known: int,
+                       texts: dict[int, str] | None = None) -> int | None:
         """The newest version of the Delta table at ``table``, looked for from
-        ``known`` (-1: nothing known); None when it has no log."""
+        ``known`` (-1: nothing known); None when it has no log. The commit
+        files it read on the way, by version, go into ``texts`` when given."""
+
+    def latest_versions(self, tables: dict[str, int],
+                        texts: dict[str, dict[int, str]]) -> dict[str, int | None]:
+        """:meth:`latest_version` of each table, from its known version, in one look
+        where it can; the commit files it read go into ``texts`` by table."""
 
     def folders(self, folder: str) -> list[str]:
         """The names of the folders in ``folder`` ([] when it is not there)."""
@@ -101,12 +108,14 @@ class SparkFiles:
         texts = {str(r[1]): str(r[0]) for r in rows}
         return {f: texts[f.rsplit("/", 1)[-1]] for f in files if f.rsplit("/", 1)[-1] in texts}
 
-    def latest_version(self, table: str, known: int) -> int | None:
-        if known >= 0 and not any(c in table for c in GLOB_CHARS) and not is_s3(table):
-            newest = self._newest_commit(table, known)
+    def latest_version(self, table: str, known: int,
+                       texts: dict[int, str] | None = None) -> int | None:
+        if self._probes(table, known):
+            found = texts if texts is not None else {}
+            newest = self._newest_commit(table, known, found)
             while newest is not None and newest == known + PROBE - 1:  # all there: look on
                 known = newest
-                newest = self._newest_commit(table, known)
+                newest = self._newest_commit(table, known, found)
             if newest is not None:
                 return newest
             # not even ``known`` is there (the table is gone or made anew): ask Delta
@@ -120,18 +129,76 @@ class SparkFiles:
             raise
         return None if row is None else int(row["version"])
 
-    def _newest_commit(self, table: str, known: int) -> int | None:
-        """The newest of the commit files ``known`` .. ``known + PROBE - 1`` of
-        ``table`` (one Spark job naming them in a glob); None when none is there."""
+    def latest_versions(self, tables: dict[str, int],
+                        texts: dict[str, dict[int, str]]) -> dict[str, int | None]:
+        """Tables probed from a known version (:meth:`latest_version`), all of them
+        in one Spark job (a take's inbox and tasks table); each on its own where
+        that probe finds one that is not there or all of its files there."""
+        probed = {t: k for t, k in tables.items() if self._probes(t, k)}
+        found: dict[str, int | None] = {}
+        if len(probed) > 1:
+            found = self._newest_commits(probed, texts)
+        out: dict[str, int | None] = {}
+        for table, known in tables.items():
+            newest = found.get(table)
+            if newest is None or newest == known + PROBE - 1:  # gone, or more may follow
+                newest = self.latest_version(table, known if newest is None else newest,
+                                             texts.setdefault(table, {}))
+            out[table] = newest
+        return out
+
+    def _probes(self, table: str, known: int) -> bool:
+        """Whether the newest version of ``table`` is looked for by reading the
+        commit files after ``known`` (:meth:`latest_version`)."""
+        return known >= 0 and not any(c in table for c in GLOB_CHARS) and not is_s3(table)
+
+    def _newest_commits(self, tables: dict[str, int],
+                        texts: dict[str, dict[int, str]]) -> dict[str, int | None]:
+        """:meth:`_newest_commit` of each table, in one Spark job; {} where one of
+        them has none of its probed files (each is then probed on its own)."""
+        try:  # a glob that finds nothing fails as the read is made (classic) or run
+            frames = [self._probe_frame(table, known).select(F.lit(table).alias("table"), "*")
+                      for table, known in tables.items()]
+            union = frames[0]
+            for frame in frames[1:]:
+                union = union.unionByName(frame)
+            rows = union.collect()
+        except Exception as e:
+            if is_missing_path(e):
+                return {}
+            raise
+        out: dict[str, int | None] = {}
+        for table, name, text in rows:
+            version = int(str(name).split(".")[0])
+            out[table] = max(version, out.get(table) or -1)
+            if text is not None:
+                texts.setdefault(table, {})[version] = str(text)
+        return out
+
+    def _probe_frame(self, table: str, known: int) -> DataFrame:
+        """The commit files ``known`` .. ``known + PROBE - 1`` of ``table`` that are
+        there, named in a glob: each one's name, and its text but ``known``'s."""
         names = ",".join(f"{v:020d}" for v in range(known, known + PROBE))
+        return (self.spark.read.text(delta_log(table, f"{{{names}}}.json"), wholetext=True)
+                .select(F.col("_metadata.file_name").alias("name"),
+                        F.when(F.col("_metadata.file_name") != f"{known:020d}.json",
+                               F.col("value")).alias("text")))
+
+    def _newest_commit(self, table: str, known: int, texts: dict[int, str]) -> int | None:
+        """The newest of the commit files ``known`` .. ``known + PROBE - 1`` of
+        ``table`` (one Spark job naming them in a glob); None when none is there.
+        The texts of those after ``known`` go into ``texts``: a commit's reader
+        next asks for them (the take that follows another's commit replays it,
+        an ingest reads the puts since)."""
         try:
-            rows = (self.spark.read.text(delta_log(table, f"{{{names}}}.json"), wholetext=True)
-                    .select(F.col("_metadata.file_name")).collect())
+            rows = self._probe_frame(table, known).collect()
         except Exception as e:
             if is_missing_path(e):
                 return None
             raise
-        return max((int(str(r[0]).split(".")[0]) for r in rows), default=None)
+        found = {int(str(r[0]).split(".")[0]): r[1] for r in rows}
+        texts.update({v: str(t) for v, t in found.items() if t is not None})
+        return max(found, default=None)
 
     def folders(self, folder: str) -> list[str]:
         """The tube folders under ``folder`` that hold a table, found by reading their

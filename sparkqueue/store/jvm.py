@@ -111,10 +111,11 @@ class HadoopFiles:
         found = {f: self.read(f) for f in files}
         return {f: t for f, t in found.items() if t is not None}
 
-    def latest_version(self, table: str, known: int) -> int | None:
+    def latest_version(self, table: str, known: int,
+                       texts: dict[int, str] | None = None) -> int | None:
         """From ``known`` (or the last checkpoint), the commit files that follow it:
         on S3A one listing from ``known``'s commit file on, elsewhere a probe of
-        each next file."""
+        each next file. It reads no commit file, so ``texts`` stays as it was."""
         if known < 0:
             last = self.read(delta_log(table, "_last_checkpoint"))
             known = -1 if last is None else int(json.loads(last)["version"])
@@ -127,6 +128,11 @@ class HadoopFiles:
         if found == known and not self.exists(delta_log(table)):
             return None
         return found
+
+    def latest_versions(self, tables: dict[str, int],
+                        texts: dict[str, dict[int, str]]) -> dict[str, int | None]:
+        """:meth:`latest_version` of each table: no Spark job to share."""
+        return {table: self.latest_version(table, known) for table, known in tables.items()}
 
     def _listed_from(self, table: str, version: int) -> int | None:
         """The newest commit file of ``table`` from ``version``'s on, by one S3

@@ -23,6 +23,7 @@ from .files import LogFiles, delta_log
 from .filestats import FileGroup, file_entry, stats_of, whole_files
 from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
+from .tables import is_path
 
 
 def commit_info(text: str) -> dict[str, Any] | None:
@@ -75,6 +76,8 @@ class LogReader(Paths):
         self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
         # tasks path: {data file: (its group of files, their task ids)}, see note_leased
         self._leased: dict[str, dict[str, FileGroup]] = {}
+        # table path: {version: its commit file's text}, see commit_texts
+        self._texts: dict[str, dict[int, str]] = {}
 
     def latest_version(self, path: str) -> int:
         """The newest committed version of the table at ``path``.
@@ -84,7 +87,25 @@ class LogReader(Paths):
         it writes, and a Delta append to a missing table would make a new,
         empty one in its place, losing its tasks without a word.
         """
-        found = self.newest_version(path)
+        return self._newest_is(path, self.newest_version(path))
+
+    def latest_versions(self, paths: list[str]) -> dict[str, int]:
+        """:meth:`latest_version` of each of ``paths``, in one look where the log's
+        files allow it (the portable engine: one Spark job for a take's inbox
+        and tasks table, not one each)."""
+        if not all(map(is_path, paths)):  # named tables: each on its own
+            return {p: self.latest_version(p) for p in paths}
+        texts: dict[str, dict[int, str]] = {}
+        found = self.files.latest_versions({p: self._versions.get(p, -1) for p in paths}, texts)
+        for path in paths:
+            self._keep_texts(path, texts.get(path, {}))
+        return {p: self._newest_is(p, found[p]) for p in paths}
+
+    def _newest_is(self, path: str, found: int | None) -> int:
+        """Write down ``found`` as the newest version of ``path``; a table that is
+        not there is an error (:meth:`latest_version`)."""
+        if found is None or found < self._versions.get(path, -1):  # gone, or made anew
+            self._texts.pop(path, None)
         if found is None:
             self._versions.pop(path, None)
             raise StorageError(path, "the Delta table is missing (no _delta_log): it was "
@@ -118,8 +139,11 @@ class LogReader(Paths):
         named table whose files are not where they were is looked up again.)"""
         for _ in range(2):
             where = self.location(ref)
+            texts: dict[int, str] = {}
             found = None if where is None else self.files.latest_version(
-                where, self._versions.get(ref, -1))
+                where, self._versions.get(ref, -1), texts)
+            if found is not None:
+                self._keep_texts(ref, texts)
             if found is not None or where == ref or where is None:
                 return found
             self.forget_location(ref)
@@ -131,7 +155,7 @@ class LogReader(Paths):
         def of(key: str) -> bool:
             return key == ref or key.startswith(f"{ref}/")
         for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files,
-                      self._file_schemas, self._put_tokens):
+                      self._file_schemas, self._put_tokens, self._texts):
             for key in [k for k in cache if of(k)]:
                 del cache[key]
         for tagged in [k for k in self._tag_values if of(k[0])]:
@@ -144,12 +168,37 @@ class LogReader(Paths):
 
     def commit_text(self, path: str, version: int) -> str | None:
         """The JSON commit file of ``version`` of the table at ``path`` (None: not there)."""
-        return self.files.read(self.log_file(path, f"{version:020d}.json"))
+        return self.commit_texts(path, range(version, version + 1)).get(version)
 
     def commit_texts(self, path: str, versions: range) -> dict[int, str]:
-        """:meth:`commit_text` of each of ``versions`` that is there (one read for all)."""
-        names = {self.log_file(path, f"{v:020d}.json"): v for v in versions}
-        return {names[f]: t for f, t in self.files.read_many(list(names)).items()}
+        """:meth:`commit_text` of each of ``versions`` that is there (one read for all).
+
+        The newest :data:`schema.TEXTS_KEPT` commit files this reader read
+        (here or in a probe of the newest version) are kept per table: a
+        commit file never changes once written, and each is asked for more
+        than once (a verb finds its own commit, then reads what it removed;
+        the next verb's file statistics replay it). A table made anew at the
+        same place is noticed when its log is found behind what was known
+        (:meth:`latest_version`), and its kept texts are dropped.
+        """
+        kept = self._texts.get(path, {})
+        found = {v: kept[v] for v in versions if v in kept}
+        names = {self.log_file(path, f"{v:020d}.json"): v for v in versions if v not in found}
+        if names:
+            read = {names[f]: t for f, t in self.files.read_many(list(names)).items()}
+            self._keep_texts(path, read)
+            found.update(read)
+        return found
+
+    def _keep_texts(self, path: str, texts: dict[int, str]) -> None:
+        """Keep ``texts`` (commit files of ``path`` by version), the newest
+        :data:`schema.TEXTS_KEPT` of them."""
+        if not texts:
+            return
+        kept = self._texts.setdefault(path, {})
+        kept.update(texts)
+        for version in sorted(kept)[:-schema.TEXTS_KEPT]:
+            del kept[version]
 
     def read_text(self, path: str) -> str | None:
         """A small text file at ``path`` (None: not there)."""

@@ -159,6 +159,10 @@ HEAD_READ_ROWS = 100_000
 #: ack (``LogReader.note_leased``): a consumer's batches in flight need a few.
 LEASED_KNOWN = 1024
 
+#: Commit files per table whose text a process keeps (``LogReader.commit_texts``):
+#: the commits a verb reads again, its own and those since its last look.
+TEXTS_KEPT = 64
+
 
 #: Id lists of at most this many runs of consecutive ids are SQL range filters.
 RUNS_INLINE = 64

@@ -39,6 +39,29 @@ def test_the_newest_version_is_read_from_the_commit_files_after_a_known_one(
     assert [from_files.latest_version(table, v) for v in (0, 2, 3, 5)] == [5, 5, 5, 5]
 
 
+def test_a_probe_hands_back_the_commit_files_it_read_after_the_known_one(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files, "PROBE", 3)
+    table = delta_table(spark, tmp_path / "t", 6)
+    texts: dict[int, str] = {}
+    assert SparkFiles(NoHistory(spark)).latest_version(table, 1, texts) == 5  # type: ignore[arg-type]
+    assert sorted(texts) == [2, 3, 4, 5]  # 3 was the second probe's known one: read in the first
+    for version, text in texts.items():
+        assert text == (tmp_path / "t" / "_delta_log" / f"{version:020d}.json").read_text()
+
+
+def test_tables_probed_together_each_get_their_newest_version_and_texts(
+        spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files, "PROBE", 3)
+    a, b = delta_table(spark, tmp_path / "a", 2), delta_table(spark, tmp_path / "b", 5)
+    texts: dict[str, dict[int, str]] = {}
+    from_files = SparkFiles(NoHistory(spark))  # type: ignore[arg-type]
+    assert from_files.latest_versions({a: 0, b: 1}, texts) == {a: 1, b: 4}  # b: two probes
+    assert {t: sorted(v) for t, v in texts.items()} == {a: [1], b: [2, 3, 4]}
+    made_anew = SparkFiles(spark)  # ``a``'s known version is not there: Delta answers for it
+    assert made_anew.latest_versions({a: 7, b: 4}, {}) == {a: 1, b: 4}
+
+
 def test_a_known_version_that_is_not_there_asks_delta(
         spark: SparkSession, tmp_path: Path) -> None:
     table = delta_table(spark, tmp_path / "t", 2)
@@ -54,11 +77,12 @@ def test_a_path_a_glob_would_misread_asks_delta(spark: SparkSession, tmp_path: P
         SparkFiles(NoHistory(spark)).latest_version(table, 0)  # type: ignore[arg-type]
 
 
-def test_a_take_probes_the_tasks_tables_newest_version_once(
+def test_a_take_probes_its_tables_newest_versions_once_together(
         spark: SparkSession, root: str, clock: Any) -> None:
     """Its choice reads the file statistics at the version its commit read just
-    before (``Layout.known_version``): on the portable engine each probe is a
-    Spark job."""
+    before (``Layout.known_version``), and the inbox's newest version and the
+    tasks table's are looked for in one probe: on the portable engine each probe
+    is a Spark job."""
     import sparkqueue
 
     sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
@@ -66,16 +90,52 @@ def test_a_take_probes_the_tasks_tables_newest_version_once(
     t.put([{"n": i} for i in range(30)])
     t.take(1)  # ingests
     layout = t.context.layout
-    tasks = layout.tasks("probed")
-    probed: list[str] = []
-    latest_version = layout.files.latest_version
+    tasks, inbox = layout.tasks("probed"), layout.inbox("probed")
+    probes: list[list[str]] = []
+    latest_version, latest_versions = layout.files.latest_version, layout.files.latest_versions
 
-    def counting(table: str, known: int) -> int | None:
-        probed.append(table)
-        return latest_version(table, known)
+    def one(table: str, known: int, texts: dict[int, str] | None = None) -> int | None:
+        probes.append([table])
+        return latest_version(table, known, texts)
 
-    layout.files.latest_version = counting  # type: ignore[method-assign]
+    def many(tables: dict[str, int], texts: dict[str, dict[int, str]]) -> dict[str, int | None]:
+        probes.append(sorted(tables))
+        return latest_versions(tables, texts)
+
+    layout.files.latest_version = one  # type: ignore[method-assign]
+    layout.files.latest_versions = many  # type: ignore[method-assign]
     for n in (1, 5):
-        probed.clear()
+        probes.clear()
         assert len(t.take(n).collect()) == n
-        assert probed.count(tasks) == 1, (n, probed)
+        assert probes == [sorted([inbox, tasks])], (n, probes)
+    t.put([{"n": 30}])  # a put since: the take ingests it, and probes no more
+    probes.clear()
+    assert t.take(30).count() == 24
+    assert [p for p in probes if tasks in p] == [sorted([inbox, tasks])], probes
+
+
+def test_a_take_and_its_ack_read_each_commit_file_once(
+        spark: SparkSession, root: str, clock: Any) -> None:
+    """A commit file never changes: the one a verb committed is read to find its
+    commit, then to read what it removed, then by the next verb's file
+    statistics; each read of it past the first would be a Spark job."""
+    import sparkqueue
+
+    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    t = sq.create_tube("read_once", "fifottl")
+    t.put([{"n": i} for i in range(30)])
+    t.ack(t.take(1))  # ingests
+    layout = t.context.layout
+    read: list[str] = []
+    read_many = layout.files.read_many
+
+    def counting(files: list[str]) -> dict[str, str]:
+        read.extend(files)
+        return read_many(files)
+
+    layout.files.read_many = counting  # type: ignore[method-assign]
+    for _ in range(3):
+        t.ack(t.take(2))
+    commits = [f for f in read if f.endswith(".json")]
+    assert commits and len(commits) == len(set(commits)), commits
+    assert t.statistics()["tasks"]["done"] == 7
