@@ -111,11 +111,11 @@ class SparkFiles:
     def latest_version(self, table: str, known: int,
                        texts: dict[int, str] | None = None) -> int | None:
         if self._probes(table, known):
-            found = texts if texts is not None else {}
-            newest = self._newest_commit(table, known, found)
+            found = {table: texts if texts is not None else {}}
+            newest = self._newest_commits({table: known}, found).get(table)
             while newest is not None and newest == known + PROBE - 1:  # all there: look on
                 known = newest
-                newest = self._newest_commit(table, known, found)
+                newest = self._newest_commits({table: known}, found).get(table)
             if newest is not None:
                 return newest
             # not even ``known`` is there (the table is gone or made anew): ask Delta
@@ -135,9 +135,7 @@ class SparkFiles:
         in one Spark job (a take's inbox and tasks table); each on its own where
         that probe finds one that is not there or all of its files there."""
         probed = {t: k for t, k in tables.items() if self._probes(t, k)}
-        found: dict[str, int | None] = {}
-        if len(probed) > 1:
-            found = self._newest_commits(probed, texts)
+        found = self._newest_commits(probed, texts) if probed else {}
         out: dict[str, int | None] = {}
         for table, known in tables.items():
             newest = found.get(table)
@@ -154,8 +152,12 @@ class SparkFiles:
 
     def _newest_commits(self, tables: dict[str, int],
                         texts: dict[str, dict[int, str]]) -> dict[str, int | None]:
-        """:meth:`_newest_commit` of each table, in one Spark job; {} where one of
-        them has none of its probed files (each is then probed on its own)."""
+        """The newest of the commit files ``known`` .. ``known + PROBE - 1`` of each
+        table (one Spark job naming them in a glob per table); {} where one of
+        them has none there (each is then probed on its own). The texts of
+        those after ``known`` go into ``texts``: a commit's reader next asks
+        for them (the take that follows another's commit replays it, an
+        ingest reads the puts since)."""
         try:  # a glob that finds nothing fails as the read is made (classic) or run
             frames = [self._probe_frame(table, known).select(F.lit(table).alias("table"), "*")
                       for table, known in tables.items()]
@@ -183,22 +185,6 @@ class SparkFiles:
                 .select(F.col("_metadata.file_name").alias("name"),
                         F.when(F.col("_metadata.file_name") != f"{known:020d}.json",
                                F.col("value")).alias("text")))
-
-    def _newest_commit(self, table: str, known: int, texts: dict[int, str]) -> int | None:
-        """The newest of the commit files ``known`` .. ``known + PROBE - 1`` of
-        ``table`` (one Spark job naming them in a glob); None when none is there.
-        The texts of those after ``known`` go into ``texts``: a commit's reader
-        next asks for them (the take that follows another's commit replays it,
-        an ingest reads the puts since)."""
-        try:
-            rows = self._probe_frame(table, known).collect()
-        except Exception as e:
-            if is_missing_path(e):
-                return None
-            raise
-        found = {int(str(r[0]).split(".")[0]): r[1] for r in rows}
-        texts.update({v: str(t) for v, t in found.items() if t is not None})
-        return max(found, default=None)
 
     def folders(self, folder: str) -> list[str]:
         """The tube folders under ``folder`` that hold a table, found by reading their
