@@ -49,12 +49,17 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
     None when it does not apply or chose nothing (the ingest committed
     all the same): the take then goes the usual way.
 
-    The commit has read the whole tasks table (:meth:`Layout.reading_all`),
-    so the leases it saw and the cursor it read stay true until it
-    commits, or it conflicts. A conflict sends the take the usual way
-    (ingest, then :func:`take_files` or the UPDATE or MERGE) rather than
-    trying again: a transaction that reads everything conflicts with any
-    other commit, so retried it could be starved.
+    No two takes lease one put: of two ingests from one cursor one commits
+    (:meth:`Transaction.ingest`). For a driver that looks at sub-queues the
+    commit has also read the whole tasks table (``read_all``), so the
+    leases it saw stay true until it commits, or it conflicts; a
+    ``head_only`` driver's choice of the lowest new puts rests on nothing
+    else (the portable engine's append reads no row: a task made ready
+    meanwhile, by a release, goes to a later take, as if this one had
+    committed first). A conflict sends the
+    take the usual way (ingest, then :func:`take_files` or the UPDATE or
+    MERGE) rather than trying again: a transaction that reads everything
+    conflicts with any other commit, so retried it could be starved.
 
     When the driver takes the lowest ids and the puts' tags say which those
     are (:func:`ingest.put_order_rows`), the commit ingests the leased tasks
@@ -67,8 +72,7 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
     commit where the puts' tags tell the take's tasks, on a table that keeps
     no change feed; else None, having committed nothing. ``upto``: the inbox's
     newest version, read by the take's plan: only :func:`take.take_once` runs
-    it, where the plan says it applies (``Strategy.NEW_PUTS``: the accelerated
-    engine, a driver that looks only at ready tasks or leases).
+    it, where the plan says it applies (``Strategy.NEW_PUTS``).
     """
     path = ctx.layout.tasks(ctx.key)
     try:
@@ -119,15 +123,19 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                   upto: int, acking: list[int] | None = None) -> DataFrame | None:
     """:func:`take_fresh`'s one attempt."""
     layout = ctx.layout
-    txn = layout.store.begin(path, read_all=True)
+    # a choice among free sub-queues rests on the leases the snapshot holds; the
+    # lowest new puts rest only on the ingest's transaction id (see take_fresh)
+    txn = layout.store.begin(path, read_all=not ctx.driver.head_only)
     now = ctx.now()
     files = txn.files
     if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
         return None
-    cursor = layout.cursor(ctx.key)
+    cursor = layout.cursor(ctx.key, at=txn.version)
     if cursor.version >= upto:
         ctx.ingested_upto = upto
         return None
+    if not txn.writes_feed and txn.keeps_feed:
+        return None  # the feed would show the leased tasks put, never taken
     acked = layout.whole_leased_files(path, files, acking, who, now, ctx.shards) if acking else []
     if acked is None or (acked and txn.keeps_feed):
         return None  # not whole files, or the feed would miss their removal
@@ -156,7 +164,8 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             sess.conf.set(st.USER_METADATA, tag.json())
             run = id_run(lo, hi, ctx.shards, count)
             action = action_set(take, tag, lease_context(now, who))
-            record = (None if run is None or txn.keeps_feed
+            # a record's ack removes its file: only where the store commits chosen files
+            record = (None if run is None or txn.keeps_feed or not layout.store.commits_files
                       else recorded(ctx, cursor, plan, (lo, hi), action, who, tag.token, now))
             if record is not None:  # the lease alone: one row
                 rows, local, changes = [], [records.record_row(record)], None

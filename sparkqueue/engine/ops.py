@@ -86,13 +86,15 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
           owner: str | None = None,
           chooser: Callable[[float], Chosen] | None = None,
           deadline: float | None = None, collect_upto: int = 0,
-          acking: list[int] | None = None,
+          acking: list[int] | None = None, newest: dict[str, int] | None = None,
           ) -> tuple[DataFrame, dict[str, int]] | None:
     """:func:`mutate`, also returning the expiries the commit wrote down (ttl, ttr, delay).
 
     ``acking``: ids (sorted, distinct) acked in the same commit, all or
     nothing, as :meth:`ack` would (a consumer's previous batch): one MERGE
-    instead of two. The result then holds the ``op`` rows only.
+    instead of two. The result then holds the ``op`` rows only. ``newest``:
+    the inbox's and the tasks table's versions the caller just read, where
+    the first attempt's ingest starts (an older one only makes it read on).
     """
     who = ctx.who(owner)
     # bad ids fail here, before any Spark job or ingest commit
@@ -101,10 +103,12 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
         ids = collected_ids(ctx, ids)
     layout = ctx.layout
     path = layout.tasks(ctx.key)
+    read = [newest] if newest else []  # the first attempt's
 
     def attempt() -> tuple[DataFrame, dict[str, int]] | None:
         if op.pending:  # the inbox's newest version and the table's in one look
-            ingest(ctx, layout.latest_versions([layout.inbox(ctx.key), path]))
+            ingest(ctx, read.pop() if read else layout.latest_versions([layout.inbox(ctx.key),
+                                                                        path]))
             before = layout.known_version(path)  # its ingest's commit, if it made one
         else:
             before = layout.latest_version(path)

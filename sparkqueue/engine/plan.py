@@ -36,9 +36,9 @@ COLLECT_UPTO = 10_000
 class Strategy(enum.Enum):
     """How a take commits; the value is what its commit's tag names (``plan``)."""
 
-    #: one append to the tasks table through Delta's transaction API: the puts not yet
-    #: ingested, the chosen ones leased (a lease record, when their tags settle the
-    #: choice and it leases every task it ingests) (``engine.fresh``)
+    #: one append to the tasks table: the puts not yet ingested, the chosen ones
+    #: leased (accelerated: a lease record, when their tags settle the choice and it
+    #: leases every task it ingests) (``engine.fresh``)
     NEW_PUTS = "new-puts"
     #: the data files that file statistics show hold the ``n`` lowest ready tasks,
     #: rewritten in one commit with the leased rows in files of their own
@@ -90,13 +90,15 @@ class Rule:
 
 
 def _new_puts_static(f: TakeFacts) -> bool:
-    return f.accelerated and (f.head_only or (f.sub_queue_heads and not f.acks))
+    if not f.accelerated:  # an append alone: no acks' files removed, no leases read
+        return f.head_only and not f.acks
+    return f.head_only or (f.sub_queue_heads and not f.acks)
 
 
 TAKE_RULES: tuple[Rule, ...] = (
     Rule(Strategy.NEW_PUTS,
-         "accelerated; puts wait in the inbox; a `head_only` driver, or a "
-         "`sub_queue_heads` one with no acks riding along",
+         "puts wait in the inbox; a `head_only` driver (portable: with no acks riding "
+         "along), or, accelerated, a `sub_queue_heads` one with no acks riding along",
          "each new task written once, leased, in one commit; its executor goes on only "
          "where statistics show no ready task in the tasks table",
          lambda f: _new_puts_static(f) and bool(f.puts_waiting)),

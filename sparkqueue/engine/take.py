@@ -51,17 +51,19 @@ def take(ctx: TubeContext, n: int, wait: float, who: str, win: int,
 
 
 def take_facts(ctx: TubeContext, n: int, acking: list[int] | None = None,
-               ) -> tuple[plan.TakeFacts, int | None]:
+               ) -> tuple[plan.TakeFacts, dict[str, int] | None]:
     """What a take of ``n`` knows before it reads any task (:class:`plan.TakeFacts`),
-    and the inbox's newest version where the plan needs it (None: not read)."""
+    and the inbox's and the tasks table's newest versions where the plan needs
+    the inbox's (None: not read): what the take's first ingest starts from."""
     driver = ctx.driver
     facts = plan.TakeFacts(engine=ctx.layout.engine, head_only=driver.head_only,
                            sub_queue_heads=driver.sub_queue_heads, n=n,
                            acks=bool(acking))
     if not plan.reads_inbox(facts):
         return facts, None
-    upto = ctx.layout.latest_version(ctx.layout.inbox(ctx.key))
-    return replace(facts, puts_waiting=upto > ctx.ingested_upto), upto
+    inbox = ctx.layout.inbox(ctx.key)
+    newest = ctx.layout.latest_versions([inbox, ctx.layout.tasks(ctx.key)])
+    return replace(facts, puts_waiting=newest[inbox] > ctx.ingested_upto), newest
 
 
 def explain_take(ctx: TubeContext, n: int) -> dict[str, Any]:
@@ -81,7 +83,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
     commits; each commit's tag names its strategy (``plan``). Conflicts are
     retried for the tube's conflict timeout, or ``wait`` when longer."""
     take = take_op(ctx)
-    facts, upto = take_facts(ctx, n, acking)
+    facts, newest = take_facts(ctx, n, acking)
     deadline: float | None = None  # counted from the settling: each strategy after it
 
     def chooser(now: float) -> Chosen:
@@ -105,13 +107,13 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
     def run(strategy: plan.Strategy) -> DataFrame | NoneReady | None:
         """The strategy's executor: its tasks, NONE_READY, or None (turned down)."""
         if strategy is plan.Strategy.NEW_PUTS:
-            assert upto is not None
-            return take_fresh(ctx, take, n, win, who, acking, upto)
+            assert newest is not None
+            return take_fresh(ctx, take, n, win, who, acking, newest[ctx.layout.inbox(ctx.key)])
         if strategy is not plan.Strategy.STATEMENT:
             return take_files(ctx, take, n, who, acking, deadline, win)
         done = apply(ctx, take, None, owner=who, chooser=chooser, deadline=deadline,
                      collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
-                     tag_extra={"plan": strategy.value})
+                     tag_extra={"plan": strategy.value}, newest=newest)
         return NONE_READY if done is None else done[0]
 
     tried: list[plan.Strategy] = []
@@ -126,7 +128,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
             assert acking  # the take planned anew, in this loop
             if on_whole_files(ctx, verbs.ACK, acking, who) is not None:
                 acking = None  # committed: plan the take again, without them
-                facts, upto = take_facts(ctx, n)
+                facts, newest = take_facts(ctx, n)
                 tried = []
             continue  # else not whole files: they ride the statement
         got = run(strategy)
@@ -410,17 +412,25 @@ def candidates(ctx: TubeContext, now: float, n: int, acking: list[int] | None = 
     """
     layout = ctx.layout
     path = layout.tasks(ctx.key)
-    bound = None
+    version = layout.known_version(path)
+    key = None
     if ctx.driver.head_only or (bounded and ctx.driver.sub_queue_heads):
         # statistics and the read may see different versions: a bound from an older
         # one can only make a concurrent take return fewer tasks, never skip a lower one
-        bound = st.head_bound(layout.file_stats(path, layout.known_version(path)), now, n)
+        key = st.head_key(layout.file_stats(path, version), now, n)
+    bound = None if key is None else st.bound_sql(key)
+
+    def near(f: dict[str, Any]) -> bool:  # a file that may hold a ready row within the bound
+        return st.may_hold_ready(f, now) and (key is None or st.reaches(f, key))
+
     ready = st.ready_when(now)
     if ctx.driver.head_only:
-        rows = layout.read(path).where(ready if bound is None else f"({ready}) AND {bound}")
+        rows = layout.read_pruned(path, version, near)
+        rows = rows.where(ready if bound is None else f"({ready}) AND {bound}")
         rows = rows.where("task_id >= 0").withColumn("eff", F.lit("ready"))
     elif bound is not None:
-        rows = near_head(layout.read(path).where("task_id >= 0"), now, bound)
+        rows = layout.read_pruned(path, version, lambda f: near(f) or st.may_hold(f, "taken"))
+        rows = near_head(rows.where("task_id >= 0"), now, bound)
     else:
         rows = live_tasks(ctx, now, pending=False)
     rows = st.without_ids(rows, acking, ctx.spark, ctx.shards) if acking else rows

@@ -401,6 +401,25 @@ class Layout(LogReader):
             return self.read(path, spark, version)
         return self.read_task_files(path, names, spark)
 
+    def read_pruned(self, path: str, version: int,
+                    keep: Callable[[dict[str, Any]], bool]) -> DataFrame:
+        """The rows of the tasks table at ``path`` as of ``version``, from the data files
+        whose statistics ``keep`` passes (:meth:`files_at`), read as the Parquet
+        files they are: no Spark job plans the scan, where a Delta read runs
+        two over the version's file list. Where a file's statistics are not
+        known (a deletion vector, or none without a Spark job) or the table's
+        columns are not, the Delta table, newest, which Delta prunes itself.
+        For reads whose every row is checked again by the statement that
+        commits (a take's choice)."""
+        files = self.files_at(path, version)
+        schema = self.task_file_schema(path, self.spark) if files else None
+        if files is None or schema is None or any(f["rows"] is None for f in files.values()):
+            return self.read(path)
+        names = [name for name, f in files.items() if keep(f)]
+        if not names:
+            return self.spark.createDataFrame([], schema).select(*TASK_TABLE_COLUMNS)
+        return self.read_task_files(path, names, self.spark)
+
     def read_task_files(self, path: str, names: list[str], spark: SparkSession) -> DataFrame:
         """:meth:`read_files` for data files of a tasks table: its columns only (files
         Delta wrote with a change feed on carry its change columns too)."""

@@ -240,10 +240,12 @@ class LogReader(Paths):
                 return version, dict(info.get("operationMetrics") or {})
         return None
 
-    def history(self, path: str, after_version: int) -> list[dict[str, Any]]:
-        """sparkqueue-tagged commits after ``after_version``: version, tag, operation metrics."""
+    def history(self, path: str, after_version: int,
+                upto: int | None = None) -> list[dict[str, Any]]:
+        """sparkqueue-tagged commits after ``after_version`` (up to ``upto``; None: the
+        newest): version, tag, operation metrics."""
         out = []
-        for version, info in self.commit_infos(path, after_version):
+        for version, info in self.commit_infos(path, after_version, upto):
             tag = parse_tag(info.get("userMetadata"))
             if tag is not None:
                 out.append({"version": version, "tag": tag,
@@ -269,8 +271,8 @@ class LogReader(Paths):
             seen, cursor = -1, Cursor(0, 0)
         if seen < latest:
             since = seen if seen >= 0 else max(-1, latest - schema.CURSOR_LOOKBACK)
-            found = [h["tag"] for h in self.history(path, since)
-                     if h["tag"]["sq"] in INGESTS and h["version"] <= latest]
+            found = [h["tag"] for h in self.history(path, since, latest)
+                     if h["tag"]["sq"] in INGESTS]
             if found and "next_id" not in found[-1]:
                 raise QueueError(f"tube {tube!r} was made by an earlier sparkqueue (task ids "
                                  "from Delta row tracking), which this one does not read")

@@ -10,21 +10,89 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from pyspark.sql import DataFrame
+from pyspark.sql import types as T
 
 from ..errors import NotSupported
+from .failures import StaleChoice
 from .files import LogFiles
 from .protocol import Files, Transaction
 from .schema import CommitTag, Cursor, PutFile, parse_tag
-from .tables import delete
+from .tables import delete, keeps_feed
 
 if TYPE_CHECKING:
-    from .log import LogReader
+    from .layout import Layout
 
-__all__ = ["PortableStore", "PURGE_TOKENS"]
+__all__ = ["AppendTransaction", "PortableStore", "PURGE_TOKENS"]
 
 #: Puts named by one DELETE of a purge of the inbox (:meth:`PortableStore.purge_inbox`).
 PURGE_TOKENS = 1_000
+
+
+class AppendTransaction:
+    """The portable store's :class:`~sparkqueue.store.protocol.Transaction`: an
+    ingest's append, on the newest version of a tasks table as its log shows
+    it last (``files``: that version's statistics, no Spark job; a take's plan
+    has just read it).
+
+    It reads no rows, so its commit conflicts with no commit that changed
+    rows: only with another ingest from the same cursor (the ingest's
+    transaction id, :meth:`~sparkqueue.store.layout.Layout.write_marker`),
+    which is what keeps a put from being ingested, or leased, twice. It
+    writes no change feed rows of its own (``writes_feed``), no one-row
+    files, and removes no files.
+    """
+
+    def __init__(self, log: Layout, path: str) -> None:
+        self._log = log
+        self._path = path
+        self.version = log.known_version(path)
+        self._files: Files | None | bool = False  # read when first asked
+
+    @property
+    def files(self) -> Files | None:
+        if self._files is False:
+            self._files = self._log.files_at(self._path, self.version)
+        return self._files  # type: ignore[return-value]
+
+    @property
+    def keeps_feed(self) -> bool:
+        return keeps_feed(self._log.spark, self._path)
+
+    writes_feed = False
+
+    def fits(self, frame: DataFrame) -> bool:
+        """Always: the append adds a payload column where the table has none and
+        conforms the rest (``mergeSchema``), as every ingest's does."""
+        return True
+
+    def ingest(self, tube: str, since: Cursor, cursor: Cursor, runs: list[DataFrame],
+               changes: DataFrame | None, tag: CommitTag, removed: Files | None = None,
+               local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
+               ) -> tuple[int, list[dict[str, Any]]]:
+        """Append ``runs`` and the marker of ``cursor`` in the session that carries
+        ``tag`` (``runs``' own), skipped by Delta where an ingest from ``since``
+        committed first: then :class:`StaleChoice`. ``changes`` are not written
+        (:attr:`writes_feed`)."""
+        if removed or local or not runs:
+            raise NotSupported("the portable engine's ingest appends task rows only: "
+                               "it removes no files and writes no one-row files")
+        log = self._log
+        log.write_marker(tube, since, cursor, runs)
+        found = log.commit_of(self._path, tag.token, self.version)
+        if found is None:
+            raise StaleChoice(f"an ingest from {since} into {self._path} committed first")
+        version = found[0]
+        files, names = log.files_at(self._path, version), log.commit_files(self._path, version)
+        written = [] if files is None or names is None else [
+            {**files[name], "name": name} for name in names[0] if name in files]
+        return version, written
+
+    def replace(self, removed: list[str], rows: DataFrame, tag: CommitTag, file_rows: int,
+                updated_rows: int | None = None) -> tuple[int, list[dict[str, Any]]]:
+        raise NotSupported(f"the portable engine cannot replace chosen files of {self._path}")
 
 
 class PortableStore:
@@ -34,7 +102,7 @@ class PortableStore:
     engine = "portable"
     commits_files = False
 
-    def __init__(self, log: LogReader, files: LogFiles) -> None:
+    def __init__(self, log: Layout, files: LogFiles) -> None:
         self.log = log
         self.files = files
 
@@ -43,7 +111,11 @@ class PortableStore:
                            "data files (the planners never ask it to)")
 
     def begin(self, path: str, *, read_all: bool = False) -> Transaction:
-        self._cannot(f"begin a transaction on {path}")
+        """An :class:`AppendTransaction` on the newest version of ``path``; not one
+        that has read the whole table (``read_all``): SQL cannot say so."""
+        if read_all:
+            self._cannot(f"begin a transaction on {path} that has read all of it")
+        return AppendTransaction(self.log, path)
 
     def remove_files(self, path: str, choose: Callable[[Files], list[str] | None],
                      tag: CommitTag, rows: int | None = None) -> int | None:

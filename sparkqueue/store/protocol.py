@@ -53,6 +53,11 @@ class Transaction(Protocol):
     def keeps_feed(self) -> bool:
         """Whether the table keeps a change data feed (its rows are Delta's to write)."""
 
+    @property
+    def writes_feed(self) -> bool:
+        """Whether :meth:`ingest` writes the change feed rows it is given (where the
+        table keeps a feed); if not, the feed shows the rows appended as inserts."""
+
     def fits(self, frame: DataFrame) -> bool:
         """Whether ``frame`` has the table's columns by name and type (or those and
         a payload, last, where the table has none yet: a new tube)."""
@@ -72,7 +77,9 @@ class Transaction(Protocol):
         rows, some maybe leased by the same commit; ``changes``: their change
         feed rows), with the ingest's transaction id, the files ``removed``
         gone and the one-row files ``local``; the version committed and the
-        written files' statistics. An append in the table's history."""
+        written files' statistics. An append in the table's history. Of two
+        ingests from ``since`` one commits: the other conflicts, or Delta
+        skips it (then :class:`StaleChoice`)."""
 
 
 class Store(Protocol):

@@ -64,6 +64,8 @@ class DeltaTransaction:
     def keeps_feed(self) -> bool:
         return _keeps_feed(self._txn)
 
+    writes_feed = True
+
     def fits(self, frame: DataFrame) -> bool:
         """Whether ``frame`` has the table's columns, by name and type, or those and
         a payload (``data``, last) where the table has none yet (a new tube's
@@ -79,7 +81,11 @@ class DeltaTransaction:
                changes: DataFrame | None, tag: CommitTag, removed: Files | None = None,
                local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
                ) -> tuple[int, list[dict[str, Any]]]:
-        """:meth:`AcceleratedStore._commit_ingest` in this transaction."""
+        """:meth:`AcceleratedStore._commit_ingest` in this transaction, which then has
+        read the whole table: the ingest's transaction id is written, not read,
+        so it is any commit since the snapshot (another ingest's among them)
+        that makes this one conflict."""
+        self._txn.readWholeTable()
         return self._store._commit_ingest(self._txn, tube, since, cursor, runs, changes, tag,
                                           removed, local, like)
 

@@ -144,7 +144,13 @@ def drain(tube: sparkqueue.Tube, batch: int, into: list[int], owner: str) -> Non
         into.extend(got)
 
 
-def test_threads_taking_from_one_tube_never_share_a_task(sq: Queue) -> None:
+@pytest.mark.parametrize("engine", ["accelerated", "portable"])
+def test_threads_taking_from_one_tube_never_share_a_task(sq: Queue, engine: str) -> None:
+    """Takes of new puts among them: the portable engine's append of them reads no
+    row, and each commits once (the ingest's transaction id)."""
+    if engine == "portable":
+        sq = sparkqueue.connect(sq.spark, sq.root, owner=sq.owner, clock=sq.clock,
+                                engine="portable")
     tube = sq.create_tube("c", "fifottl")
     created = ids(tube.put([{"n": i} for i in range(24)]))
     results = in_threads(3, lambda name, got: drain(tube, 4, got, name))

@@ -22,9 +22,10 @@ from sparkqueue.engine import fresh
 from sparkqueue.engine import ingest as ingesting
 from sparkqueue.engine import put as putting
 from sparkqueue.engine.ingest import ingest, pending_rows
+from sparkqueue.store.portable import AppendTransaction
 from sparkqueue.store.txn import DeltaTransaction
 
-from ..conftest import ids, known_ids, operations
+from ..conftest import commit_infos, ids, known_ids, operations
 
 
 def primed(sq: Queue, name: str, type_name: str, **options: Any) -> Tube:
@@ -108,10 +109,68 @@ def test_delayed_new_puts_are_ingested_and_taken_once_their_delay_passes(
     assert t.statistics()["calls"]["delay"] == 1
 
 
+def portable_queue(sq: Queue) -> Queue:
+    return sparkqueue.connect(sq.spark, sq.root, owner=sq.owner, clock=sq.clock,
+                              engine="portable")
+
+
+def test_the_portable_engines_take_of_new_puts_is_one_append(sq: Queue) -> None:
+    """Public SQL alone: the puts the take leases are appended leased, with the
+    ingest's transaction id, in one commit (no UPDATE rewrites them)."""
+    t = primed(portable_queue(sq), "append", "fifottl", change_feed=False)
+    before = tasks_version(t)
+    t.put([{"n": i} for i in range(5)])
+    assert t.explain_take(2)["strategy"] == "new-puts"
+    got = t.take(2)
+    assert operations(t, before) == [("WRITE", "ingest+take")], "one append, no UPDATE"
+    assert commit_infos(t)[before + 1]["tag"]["plan"] == "new-puts"
+    assert known_ids(t, got) == [1, 2] == ids(got)
+    assert {r["status"] for r in got.collect()} == {"taken"}
+    t.ack(got)
+    assert ids(t.take(5)) == [3, 4, 5], "the rest ingested once, leased the same way"
+    assert t.statistics()["calls"]["take"] == 6
+
+
+def test_the_portable_take_of_new_puts_keeps_a_change_feed_whole(sq: Queue) -> None:
+    """An append writes no change feed rows of its own: where the tube keeps a feed
+    the take goes the usual way, so its feed shows each take."""
+    t = primed(portable_queue(sq), "fed", "fifottl")
+    before = tasks_version(t)
+    t.put([{"n": 0}, {"n": 1}])
+    assert ids(t.take(1)) == [1]
+    assert [op for _, op in operations(t, before)] == ["ingest", "take"]
+
+
+def test_a_portable_take_of_new_puts_after_another_ingest_goes_the_usual_way(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another process ingests from the same cursor between the take's look and its
+    append: Delta skips the append (the ingest's transaction id), and the take
+    leases what that ingest wrote; none is ingested or leased twice."""
+    t = primed(portable_queue(sq), "skip", "fifottl", change_feed=False)
+    before = tasks_version(t)
+    t.put([{"n": i} for i in range(3)])
+    other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock,
+                               engine="portable").tube("skip")
+    commit = AppendTransaction.ingest
+    raced: list[int] = []
+
+    def ingest_first(self: AppendTransaction, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+        if not raced:
+            ingest(other.context)
+            raced.append(1)
+        return commit(self, *args, **kwargs)
+
+    monkeypatch.setattr(AppendTransaction, "ingest", ingest_first)
+    assert ids(t.take(2)) == [1, 2]
+    assert [op for _, op in operations(t, before)] == ["ingest", "take"]
+    rows = t.context.layout.read(t.context.layout.tasks("skip")).where("task_id >= 0")
+    assert sorted(r["task_id"] for r in rows.collect()) == [1, 2, 3], "each task once"
+
+
 def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process ingests between the take's snapshot and its commit: the
-    commit conflicts (it read the whole table), and the take leases by MERGE
+    commit conflicts (the ingest's transaction id), and the take leases by MERGE
     the tasks that ingest wrote; none is ingested twice."""
     t = primed(sq, "race", "fifottl")
     before = tasks_version(t)

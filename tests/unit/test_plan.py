@@ -31,8 +31,9 @@ OWN = {"head_only": False, "sub_queue_heads": False}  # a driver that promises n
 
 
 @pytest.mark.parametrize("engine, driver, n, waiting, acks, expected", [
-    ("portable", FIFO, 10, True, False, [SQL]),
-    ("portable", UTUBE, 10, True, False, [SQL]),
+    ("portable", FIFO, 10, True, False, [NEW, SQL]),  # an append with the ingest's txn id
+    ("portable", FIFO, 10, False, False, [SQL]),
+    ("portable", UTUBE, 10, True, False, [SQL]),  # no leases read in an append
     ("portable", FIFO, 10, None, True, [SQL]),  # a Consumer's acks ride the MERGE
     ("accelerated", FIFO, 10, False, False, [HEAD, SQL]),
     ("accelerated", FIFO, 10, True, False, [NEW, HEAD, SQL]),
@@ -72,7 +73,9 @@ def test_the_inbox_is_read_only_where_waiting_puts_can_change_the_plan() -> None
     assert not reads_inbox(TakeFacts("accelerated", n=1, acks=True, **UTUBE))
     assert reads_inbox(TakeFacts("accelerated", n=1, acks=True, **FIFO))
     assert not reads_inbox(TakeFacts("accelerated", n=1, **OWN))
-    assert not reads_inbox(TakeFacts("portable", n=1, **FIFO))
+    assert reads_inbox(TakeFacts("portable", n=1, **FIFO))
+    assert not reads_inbox(TakeFacts("portable", n=1, acks=True, **FIFO))
+    assert not reads_inbox(TakeFacts("portable", n=1, **UTUBE))
 
 
 def test_an_explanation_names_the_first_strategy_the_fallbacks_and_the_facts() -> None:
