@@ -26,10 +26,12 @@ take(1,000) on a 10,000-task tube against the same on a --big-task tube
 (10,000,000 by default; both written straight into the tasks table, as
 put + ingest would leave them, see ``tasks_table``).
 
-The engines section (bench/engines.py) times take(1,000) and a Consumer
-drain on the accelerated engine, the portable one, and the portable one as a
-Spark Connect client of a local server, with their ratios; each engine's
-drain follows a warm-up drain of --engines-warmup tasks.
+The engines section (bench/engines.py) times take(1,000), take(1) + ack(1),
+a drain by take + ack (ingest included) and a Consumer drain on the
+accelerated engine, the portable one, and the portable one as a Spark
+Connect client of a local server, with their ratios, and reports the
+portable engine's targets (``TARGETS``); each engine's drains follow a
+warm-up drain of --engines-warmup tasks.
 
 The e2e section (bench/e2e.py) measures what a user waits for: drains in
 new processes from the first put call to the last ack (cold, then warm), put to

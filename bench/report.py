@@ -11,6 +11,8 @@ import time
 from importlib.metadata import version
 from typing import Any
 
+from .engines import targets
+
 #: figures that go in the report's header, not its table
 HEADER = ("machine", "cores", "date", "sparkqueue", "core_speed_start_s", "core_speed_end_s")
 
@@ -59,6 +61,17 @@ def emit(figures: dict[str, Any], json_path: str | None) -> None:
             json.dump(figures, out, indent=2)
 
 
+def target_lines(figures: dict[str, Any]) -> list[str]:
+    """The report's table of targets (:data:`bench.engines.TARGETS`) this run measured."""
+    met = targets(figures)
+    if not met:
+        return []
+    return ["## Targets", "", "| target | figure | measured | bound | met |",
+            "| --- | --- | ---: | ---: | --- |",
+            *[f"| {what} | {name} | {value:,.3f} | {bound:,.3f} | {'yes' if ok else 'no'} |"
+              for what, name, value, bound, ok in met], ""]
+
+
 def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:
     """Write one run as Markdown: when, at which commit, where, how, and every figure
     (seconds, tasks per second) and ratio (time over the baseline's time)."""
@@ -81,6 +94,7 @@ def write_report(path: str, figures: dict[str, Any], argv: list[str]) -> None:
         f"{figures['core_speed_start_s']:.2f} before the run, "
         f"{figures['core_speed_end_s']:.2f} after it",
         f"- command: `python -m bench {' '.join(argv)}`", "",
+        *target_lines(figures),
         "## Ratios", "", "| figure | ratio |", "| --- | ---: |",
         *[f"| {k.removesuffix('_ratio')} | {shown(v)} |" for k, v in ratios.items()], "",
         "## Figures", "", "| figure | value |", "| --- | ---: |",
