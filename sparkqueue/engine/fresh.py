@@ -123,19 +123,19 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
                   upto: int, acking: list[int] | None = None) -> DataFrame | None:
     """:func:`take_fresh`'s one attempt."""
     layout = ctx.layout
-    # a choice among free sub-queues rests on the leases the snapshot holds; the
-    # lowest new puts rest only on the ingest's transaction id (see take_fresh)
+    # a choice among free sub-queues rests on the leases the snapshot holds; the lowest
+    # new puts only on the ingest being the one from its cursor (see take_fresh)
     txn = layout.store.begin(path, read_all=not ctx.driver.head_only)
     now = ctx.now()
     files = txn.files
     if files is None or any(st.may_hold_ready(f, now) for f in files.values()):
         return None
+    if not txn.writes_feed and txn.keeps_feed:
+        return None  # the feed would show the leased tasks put, never taken
     cursor = layout.cursor(ctx.key, at=txn.version)
     if cursor.version >= upto:
         ctx.ingested_upto = upto
         return None
-    if not txn.writes_feed and txn.keeps_feed:
-        return None  # the feed would show the leased tasks put, never taken
     acked = layout.whole_leased_files(path, files, acking, who, now, ctx.shards) if acking else []
     if acked is None or (acked and txn.keeps_feed):
         return None  # not whole files, or the feed would miss their removal

@@ -94,7 +94,8 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     nothing, as :meth:`ack` would (a consumer's previous batch): one MERGE
     instead of two. The result then holds the ``op`` rows only. ``newest``:
     the inbox's and the tasks table's versions the caller just read, where
-    the first attempt's ingest starts (an older one only makes it read on).
+    the first attempt's ingest starts (an older one only makes it read on,
+    and a choice from it is checked again by the statement).
     """
     who = ctx.who(owner)
     # bad ids fail here, before any Spark job or ingest commit

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from pyspark.sql import DataFrame
@@ -53,12 +54,16 @@ class AppendTransaction:
 
     @property
     def files(self) -> Files | None:
+        """The statistics of the table's files at :attr:`version` (no Spark job)."""
         if self._files is False:
             self._files = self._log.files_at(self._path, self.version)
         return self._files  # type: ignore[return-value]
 
-    @property
+    @cached_property
     def keeps_feed(self) -> bool:
+        """The table's property, read when first asked (a SQL command, no Spark job).
+        Checked before the append, not within it: a feed turned on in between
+        shows the tasks the append leases as put taken."""
         return keeps_feed(self._log.spark, self._path)
 
     writes_feed = False

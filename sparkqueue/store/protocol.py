@@ -35,10 +35,12 @@ Files = dict[str, dict[str, Any]]
 
 
 class Transaction(Protocol):
-    """One Delta transaction on a tasks table, begun on its newest snapshot
-    (:meth:`Store.begin`). Its commit is checked against every commit made
-    after that snapshot by Delta's rules: one that removed a file this commit
-    removes conflicts; with ``read_all``, any commit at all."""
+    """One Delta transaction on a tasks table, begun on a snapshot of it
+    (:meth:`Store.begin`): Delta's newest (the accelerated store's), or the
+    version its log was read at last (the portable store's append, which
+    Delta checks from its own snapshot). Its commit is checked by Delta's
+    rules: one that removed a file this commit removes conflicts; with
+    ``read_all``, any commit at all."""
 
     @property
     def version(self) -> int:
@@ -73,7 +75,8 @@ class Transaction(Protocol):
                changes: DataFrame | None, tag: CommitTag, removed: Files | None = None,
                local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
                ) -> tuple[int, list[dict[str, Any]]]:
-        """Commit the ingest of the puts from ``since`` to ``cursor`` (``runs``: task
+        """Commit the ingest of the puts from ``since`` (the cursor at :attr:`version`)
+        to ``cursor`` (``runs``: task
         rows, some maybe leased by the same commit; ``changes``: their change
         feed rows), with the ingest's transaction id, the files ``removed``
         gone and the one-row files ``local``; the version committed and the
@@ -89,14 +92,15 @@ class Store(Protocol):
     engine: str
     #: the log's small files (commits, checksums) and a table's newest version
     files: LogFiles
-    #: whether it commits chosen data files (:meth:`begin`, :meth:`remove_files`,
-    #: :meth:`rewrite_files`); the planners choose strategies that need it only then
+    #: whether it commits chosen data files (:meth:`remove_files`, :meth:`rewrite_files`,
+    #: a transaction's ``replace`` and removals); the planners choose strategies that
+    #: need it only then
     commits_files: bool
 
     def begin(self, path: str, *, read_all: bool = False) -> Transaction:
-        """A transaction on the newest snapshot of the table at ``path``; with
-        ``read_all`` it declares it read the whole table. Only where
-        :attr:`commits_files`."""
+        """A transaction on a snapshot of the table at ``path`` (see
+        :class:`Transaction`); with ``read_all`` it declares it read the whole
+        table, which only a store that :attr:`commits_files` can."""
 
     def remove_files(self, path: str, choose: Callable[[Files], list[str] | None],
                      tag: CommitTag, rows: int | None = None) -> int | None:

@@ -16,7 +16,7 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import Queue, Tube
-from tests.conftest import ids
+from tests.conftest import commit_infos, ids
 
 from ..jvm import short_lived
 
@@ -156,6 +156,9 @@ def test_threads_taking_from_one_tube_never_share_a_task(sq: Queue, engine: str)
     results = in_threads(3, lambda name, got: drain(tube, 4, got, name))
     everything = [i for got in results.values() for i in got]
     assert sorted(everything) == created  # each task exactly once, none lost
+    plans = [info["tag"].get("plan") for info in commit_infos(tube).values()
+             if info["tag"].get("sq") == "ingest+take"]
+    assert plans and set(plans) == {"new-puts"}, "the first takes raced to lease new puts"
     owners = {r["task_id"]: r["owner"] for r in tube.tasks_by_state("taken").collect()}
     for name, got in results.items():
         assert all(owners[i] == name for i in got)

@@ -127,7 +127,7 @@ def test_the_portable_engines_take_of_new_puts_is_one_append(sq: Queue) -> None:
     assert known_ids(t, got) == [1, 2] == ids(got)
     assert {r["status"] for r in got.collect()} == {"taken"}
     t.ack(got)
-    assert ids(t.take(5)) == [3, 4, 5], "the rest ingested once, leased the same way"
+    assert ids(t.take(5)) == [3, 4, 5], "the rest ingested once"
     assert t.statistics()["calls"]["take"] == 6
 
 
@@ -170,7 +170,7 @@ def test_a_portable_take_of_new_puts_after_another_ingest_goes_the_usual_way(
 def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another process ingests between the take's snapshot and its commit: the
-    commit conflicts (the ingest's transaction id), and the take leases by MERGE
+    commit conflicts (it read the whole table), and the take leases by MERGE
     the tasks that ingest wrote; none is ingested twice."""
     t = primed(sq, "race", "fifottl")
     before = tasks_version(t)
