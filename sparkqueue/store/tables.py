@@ -123,7 +123,7 @@ def vacuum(spark: SparkSession, ref: str, retention_hours: float) -> None:
 def keeps_feed(spark: SparkSession, ref: str) -> bool:
     """Whether the table ``ref`` keeps Delta's change data feed now."""
     props = spark.sql(f"SHOW TBLPROPERTIES {sql_table(ref)}")
-    # filtered here: a filter in Spark would run a job over the command's rows
+    # filtered here: a filter in Spark would start a job over the command's rows
     return any(r[0] == FEED and str(r[1]).lower() == "true" for r in props.collect())
 
 

@@ -141,51 +141,31 @@ def test_the_portable_take_of_new_puts_keeps_a_change_feed_whole(sq: Queue) -> N
     assert [op for _, op in operations(t, before)] == ["ingest", "take"]
 
 
-def test_a_portable_take_of_new_puts_after_another_ingest_goes_the_usual_way(
-        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another process ingests from the same cursor between the take's look and its
-    append: Delta skips the append (the ingest's transaction id), and the take
-    leases what that ingest wrote; none is ingested or leased twice."""
-    t = primed(portable_queue(sq), "skip", "fifottl", change_feed=False)
+@pytest.mark.parametrize("engine, transaction", [("accelerated", DeltaTransaction),
+                                                   ("portable", AppendTransaction)])
+def test_a_fresh_take_that_meets_another_ingest_goes_the_usual_way(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str,
+        transaction: type) -> None:
+    """Another process ingests from the take's cursor between its look and its
+    commit: the accelerated commit conflicts (it read the whole table), Delta
+    skips the portable append (the ingest's transaction id). Either way the take
+    leases the tasks that ingest wrote; none is ingested twice."""
+    t = primed(sq if engine == "accelerated" else portable_queue(sq), "race", "fifottl",
+               change_feed=False)
     before = tasks_version(t)
     t.put([{"n": i} for i in range(3)])
     other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock,
-                               engine="portable").tube("skip")
-    commit = AppendTransaction.ingest
+                               engine=engine).tube("race")
+    commit = transaction.ingest
     raced: list[int] = []
 
-    def ingest_first(self: AppendTransaction, *args: Any, **kwargs: Any) -> tuple[int, Any]:
+    def ingest_first(self: Any, *args: Any, **kwargs: Any) -> tuple[int, Any]:
         if not raced:
             ingest(other.context)
             raced.append(1)
-        return commit(self, *args, **kwargs)
+        return commit(self, *args, **kwargs)  # type: ignore[no-any-return]
 
-    monkeypatch.setattr(AppendTransaction, "ingest", ingest_first)
-    assert ids(t.take(2)) == [1, 2]
-    assert [op for _, op in operations(t, before)] == ["ingest", "take"]
-    rows = t.context.layout.read(t.context.layout.tasks("skip")).where("task_id >= 0")
-    assert sorted(r["task_id"] for r in rows.collect()) == [1, 2, 3], "each task once"
-
-
-def test_a_fresh_take_that_meets_a_concurrent_commit_goes_the_usual_way(
-        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Another process ingests between the take's snapshot and its commit: the
-    commit conflicts (it read the whole table), and the take leases by MERGE
-    the tasks that ingest wrote; none is ingested twice."""
-    t = primed(sq, "race", "fifottl")
-    before = tasks_version(t)
-    t.put([{"n": i} for i in range(3)])
-    other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("race")
-    commit = DeltaTransaction.ingest
-    raced: list[int] = []
-
-    def ingest_first(self: DeltaTransaction, *args: Any, **kwargs: Any) -> tuple[int, Any]:
-        if not raced:
-            ingest(other.context)
-            raced.append(1)
-        return commit(self, *args, **kwargs)
-
-    monkeypatch.setattr(DeltaTransaction, "ingest", ingest_first)
+    monkeypatch.setattr(transaction, "ingest", ingest_first)
     assert ids(t.take(2)) == [1, 2]
     assert [op for _, op in operations(t, before)] == ["ingest", "take"]
     rows = t.context.layout.read(t.context.layout.tasks("race")).where("task_id >= 0")
