@@ -10,7 +10,7 @@ export SPARK_LOCAL_IP ?= 127.0.0.1
 export PYSPARK_PYTHON := $(abspath $(PY))
 export PYTHONWARNINGS := ignore::FutureWarning
 
-.PHONY: help setup java jars s3-jars demo test test-main test-compat test-fast check bench connect-server sweep torture clean
+.PHONY: help setup java jars s3-jars demo test test-main test-compat test-fast check bench soak connect-server sweep torture clean
 
 help:  ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -73,6 +73,9 @@ check: setup  ## lint and type-check
 	$(VENV)/bin/ruff check sparkqueue jobs bench tests notebooks
 	$(VENV)/bin/mypy
 
+soak: jars s3-jars $(VENV)/bin/versitygw  ## one tube through 2,000 small rounds on each engine, local and S3 (ARGS="--rounds 5000")
+	$(PY) -m bench.soak $(ARGS)
+
 connect-server: jars  ## a local Spark Connect server with Delta (then SPARK_REMOTE=sc://127.0.0.1:15002 make demo)
 	$(PY) -m sparkqueue.server --port $${PORT:-15002}
 
@@ -84,7 +87,7 @@ sweep: jars  ## one sweeper pass through spark-submit (ROOT=... or conf's root; 
 bench: jars s3-jars $(VENV)/bin/versitygw  ## run the benchmark job (figures and ratios against plain Delta)
 	$(PY) -m bench --write BENCHMARKS.md $(ARGS)
 
-torture: jars  ## crash torture (ARGS="--seconds 300" etc.): processes SIGKILLed at random, then a drain
+torture: jars s3-jars $(VENV)/bin/versitygw  ## crash torture (ARGS="--seconds 300" etc.): processes SIGKILLed at random, then a drain
 	$(PY) tests/concurrency/torture.py $(ARGS)
 
 clean:  ## remove the venv and local data

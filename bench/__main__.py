@@ -55,6 +55,11 @@ local S3-compatible server (versitygw, started for it) beside a local folder,
 in one application whose session sparkqueue built for S3, with the S3
 requests per take (S3A's statistics) and the S3-over-local ratios.
 
+The soak section (bench/soak.py) runs one tube through --soak-rounds small
+rounds of put + take + ack with the sweeper on its schedule, on each engine,
+on a local folder and on S3: the rounds of the last tenth against the first,
+the files the tables keep, the log's length and its checkpoints.
+
 The sweep section times one sweeper pass over a 100,000-task and a
 10,000,000-task tube with 1% of the tasks due in each (--sweep-sizes).
 
@@ -71,7 +76,7 @@ The utube section runs the Tarantool queue README's two utube benchmarks:
 
     python -m bench [--rows 1000000] [--repeat 3] [--scale] [--json out.json]
     python -m bench --sections utube  # of put,take,drain,utube,engines,e2e,lines,
-                                               #    shards,s3,sweep
+                                               #    shards,s3,sweep,soak
     PYTHONPATH=. spark-submit $(sparkqueue submit-args) bench/__main__.py
 
 Timings are wall-clock seconds of whole calls (time.perf_counter) on whatever
@@ -96,6 +101,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
+from bench import soak
 from bench.e2e import Sizes, bench_e2e
 from bench.engines import bench_engines, consume_all, ingested, payload, say, timed
 from bench.lines import bench_lines
@@ -107,7 +113,8 @@ from sparkqueue import s3gateway
 from sparkqueue.store import TASK_FILE_ROWS
 
 #: the benchmark's sections, in the order they run
-SECTIONS = ("put", "take", "drain", "utube", "engines", "e2e", "lines", "shards", "s3", "sweep")
+SECTIONS = ("put", "take", "drain", "utube", "engines", "e2e", "lines", "shards", "s3", "sweep",
+            "soak")
 
 
 def sub_queue_rows(spark: SparkSession, queues: int, each: int) -> DataFrame:
@@ -309,6 +316,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="tasks per sub-queue in the busy sub-queue benchmark")
     parser.add_argument("--utube-rounds", type=int, default=3,
                         help="take + ack rounds timed with window 1")
+    parser.add_argument("--soak-rounds", type=int, default=300,
+                        help="rounds of the soak on each engine and root (make soak: more)")
     parser.add_argument("--root", default=None, help="work directory (default: a temp dir)")
     parser.add_argument("--json", default=None, help="also write the figures here")
     parser.add_argument("--write", default=None,
@@ -325,7 +334,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if "s3" in args.sections.split(","):
+    if {"s3", "soak"} & set(args.sections.split(",")):
         s3gateway.binary()  # missing: say so now, not after the sections before it
 
     root = args.root or tempfile.mkdtemp(prefix="sparkqueue-bench-")
@@ -384,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if "sweep" in sections:
         bench_sweep(spark, root, figures, [int(x) for x in args.sweep_sizes.split(",")])
+
+    if "soak" in sections:
+        say(f"soak: {args.soak_rounds} rounds of put, take and ack of "
+            f"{soak.DEFAULTS['batch']} on each engine, a local folder and S3")
+        figures.update(soak.run(spark, f"{root}/soak", list(soak.WHERE),
+                                **{**soak.DEFAULTS, "rounds": args.soak_rounds}))
 
     if args.scale:
         bench_scale(spark, sq, args.big, args.repeat, figures)

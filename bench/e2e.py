@@ -41,9 +41,8 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
-from bench import REPO
+from bench import REPO, emit
 from bench.engines import consume_all, ingested, payload, timed
-from bench.report import emit
 
 #: What a worker process runs (``--drain``): two drains, or plain appends alone.
 DRAINS = ("take_ack", "consumer", "plain")

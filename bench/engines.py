@@ -179,12 +179,6 @@ TARGETS = (
 )
 
 
-def targets(figures: dict[str, Any]) -> list[tuple[str, str, float, float, bool]]:
-    """Each of :data:`TARGETS` the run measured: (what, figure, measured, bound, met)."""
-    return [(what, name, figures[name], bound, figures[name] <= bound)
-            for name, bound, what in TARGETS if name in figures]
-
-
 def over_connect(root: str, n: int, batch: int, repeat: int,
                  warmup: int) -> dict[str, float]:
     """:func:`bench_engine` in a Spark Connect client process of a local server."""

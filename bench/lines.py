@@ -19,8 +19,8 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from bench import emit
 from bench.e2e import in_new_process
-from bench.report import emit
 from sparkqueue.store.lines import LINES, installed
 from tests.compat import venv_for
 

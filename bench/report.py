@@ -3,7 +3,6 @@ commit and on which machine they were measured."""
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
@@ -11,7 +10,7 @@ import time
 from importlib.metadata import version
 from typing import Any
 
-from .engines import targets
+from . import engines, soak
 
 #: figures that go in the report's header, not its table
 HEADER = ("machine", "cores", "date", "sparkqueue", "core_speed_start_s", "core_speed_end_s")
@@ -51,18 +50,16 @@ def core_speed() -> float:
     return time.perf_counter() - start
 
 
-def emit(figures: dict[str, Any], json_path: str | None) -> None:
-    """Print a section's figures, one a line, and write them to ``json_path`` as JSON
-    when it is given (a section run alone, or a worker answering its parent)."""
-    for key, value in figures.items():
-        print(f"  {key:<44} {value:.3f}" if isinstance(value, float) else f"  {key:<44} {value}")
-    if json_path:
-        with open(json_path, "w") as out:
-            json.dump(figures, out, indent=2)
+def targets(figures: dict[str, Any]) -> list[tuple[str, str, float, float, bool]]:
+    """Each target of the sections (``TARGETS`` of :mod:`bench.engines` and
+    :mod:`bench.soak`: figure, bound, what) the run measured: (what, figure,
+    measured, bound, met)."""
+    return [(what, name, figures[name], bound, figures[name] <= bound)
+            for name, bound, what in (*engines.TARGETS, *soak.TARGETS) if name in figures]
 
 
 def target_lines(figures: dict[str, Any]) -> list[str]:
-    """The report's table of targets (:data:`bench.engines.TARGETS`) this run measured."""
+    """The report's table of targets this run measured (:func:`targets`)."""
     met = targets(figures)
     if not met:
         return []

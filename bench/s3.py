@@ -40,9 +40,8 @@ from typing import Any
 from pyspark.sql import DataFrame, SparkSession
 
 import sparkqueue
-from bench import REPO
+from bench import REPO, emit
 from bench.engines import consume_all, ingested, payload
-from bench.report import emit
 from sparkqueue.s3gateway import S3Gateway
 
 #: S3A's counter of the requests it has sent to the store (Hadoop's ``Statistic`` name)

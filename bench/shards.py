@@ -57,10 +57,9 @@ from typing import Any
 from pyspark.sql import functions as F
 
 import sparkqueue
-from bench import REPO
+from bench import REPO, emit
 from bench.e2e import jit_seconds
 from bench.engines import payload
-from bench.report import emit
 from sparkqueue.engine.shards import home_shard
 
 #: Consumers of the parallel runs, and the shards of the sharded tubes.

@@ -96,6 +96,18 @@ def pytest_configure(config: pytest.Config) -> None:
     use_for_tests()
 
 
+def pytest_terminal_summary(terminalreporter: Any) -> None:
+    """What tests recorded as their ``summary`` property (the counts of the faults a
+    fault test injected, say), printed after the run: kept on each test's report,
+    so it reaches the summary from the workers of ``pytest -n`` too."""
+    found = [(report.nodeid, value) for report in terminalreporter.stats.get("passed", [])
+             for key, value in getattr(report, "user_properties", ()) if key == "summary"]
+    if found:
+        terminalreporter.section("summaries")
+        for node, value in found:
+            terminalreporter.write_line(f"{node}: {value}")
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """fifo and limfifottl run their part of the contract (CONTRACT_SUBSETS). The
     tests that start other processes first: each runs for minutes, so with two

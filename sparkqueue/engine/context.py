@@ -113,12 +113,23 @@ class TubeContext:
     def guarded(self, fn: Callable[[], R]) -> R:
         """``fn()``, with a missing table turned into the error that says why:
         :class:`TubeNotFound` for a dropped tube, :class:`StorageError` naming the
-        table for a registered one."""
+        table for a registered one; a failure of the storage itself (S3's errors,
+        a lost connection) into a :class:`StorageError` naming the tube's folder
+        and the storage's own words."""
         try:
             return fn()
         except Exception as e:
+            failed = st.storage_failure(e)
             if isinstance(e, StorageError) or (
                     not isinstance(e, QueueError) and st.is_missing_table(e)):
-                raise st.missing_table_error(self.name, self.layout.tube_dir(self.name), e,
-                                             self.registered()) from e
+                try:
+                    known = self.registered()
+                except Exception as again:  # noqa: BLE001 (the registry is unreachable too)
+                    failed = st.storage_failure(again) or st.first_line(again)
+                else:
+                    raise st.missing_table_error(self.name, self.layout.tube_dir(self.name),
+                                                 e, known) from e
+            if failed is not None:
+                raise StorageError(self.layout.tube_dir(self.name),
+                                   f"the storage failed: {failed}", self.name) from e
             raise

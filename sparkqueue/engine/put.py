@@ -169,11 +169,11 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
             claim = layout.last_tag_value(inbox, CAPACITY_TXN) + 1
             wait_for_room(ctx, capacity, adding, until)
             appended = append(ctx, rows, tag.adding(**{CAPACITY_TXN: claim}),
-                              (CAPACITY_TXN, claim), tube_schema is None)
+                              (CAPACITY_TXN, claim), tube_schema is None, before)
         else:
             if capacity:  # a sink's micro-batch: its own transaction id, counted unserialized
                 wait_for_room(ctx, capacity, adding, until)
-            appended = append(ctx, rows, tag, txn, tube_schema is None)
+            appended = append(ctx, rows, tag, txn, tube_schema is None, before)
         # read at the put's own version: the sweeper purges ingested inbox rows later
         found = layout.commit_of(inbox, tag.token, before) if appended else None
         if found is not None:
@@ -248,10 +248,15 @@ def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptio
 
 
 def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, int] | None,
-           first: bool) -> bool:
+           first: bool, before: int) -> bool:
     """Append ``rows`` to the inbox tagged ``tag`` (idempotent with ``txn``);
     False when it conflicted with a put that records the same transaction id.
-    ``first``: the tube's first put, which gives it its payload schema."""
+    ``first``: the tube's first put, which gives it its payload schema.
+
+    A commit whose answer was lost (the storage failed after it wrote the
+    commit file) raises, yet landed: the inbox's log after ``before`` says so
+    (the tag's token), and the put is then done, not an error a caller would
+    answer with the same put again."""
     try:
         st.append(rows, ctx.layout.inbox(ctx.key), tag=tag,
                   file_rows=st.schema.INBOX_FILE_ROWS, txn=txn, new_columns=first)
@@ -263,8 +268,20 @@ def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, in
             return False
         if first and st.is_conflict(e):
             raise SchemaRace(ctx.name) from e
+        if not st.is_conflict(e) and landed(ctx, tag, before):
+            return True
         raise
     return True
+
+
+def landed(ctx: TubeContext, tag: CommitTag, before: int) -> bool:
+    """Whether the put tagged ``tag`` committed after ``before`` (False when the
+    log cannot be read either)."""
+    try:
+        ctx.layout.forget(ctx.layout.inbox(ctx.key))
+        return ctx.layout.commit_of(ctx.layout.inbox(ctx.key), tag.token, before) is not None
+    except Exception:  # noqa: BLE001 (the append's own error says what failed)
+        return False
 
 
 def wait_for_room(ctx: TubeContext, capacity: int, adding: int, until: float) -> None:

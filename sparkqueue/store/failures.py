@@ -96,6 +96,24 @@ NOT_WRITABLE = ("DELTA_CANNOT_CREATE_LOG_PATH", "AccessDenied", "Permission deni
                 "ParentNotDirectory", "Not a directory", "Mkdirs failed", "Read-only file system")
 
 
+#: A Java exception of the storage's (Hadoop's file systems, S3A, the AWS SDK, the
+#: network) in an error's text: the line it starts, to its end.
+STORAGE_CAUSE = re.compile(
+    r"((?:[\w$]+\.)+[\w$]*(?:IOException|AWS\w*Exception|SdkClientException|S3Exception|"
+    r"SocketException|SocketTimeoutException|ConnectException|UnknownHostException|"
+    r"NoHttpResponseException)\b[^\n]*)")
+
+
+def storage_failure(e: BaseException) -> str | None:
+    """What failed in the storage, when ``e`` is a failure to read or write it (an S3
+    error, a reset connection, an unreachable endpoint, retries given up): the
+    deepest cause the storage raised, its first line. None for any other error."""
+    if isinstance(e, QueueError):
+        return None
+    found = STORAGE_CAUSE.findall(str(e))
+    return found[-1].strip()[:300] if found else None
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an error's message, without a Java stack (for a Java
     exception through py4j, the Java exception's own)."""

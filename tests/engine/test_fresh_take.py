@@ -145,7 +145,7 @@ def test_the_portable_take_of_new_puts_keeps_a_change_feed_whole(sq: Queue) -> N
                                                    ("portable", AppendTransaction)])
 def test_a_fresh_take_that_meets_another_ingest_goes_the_usual_way(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str,
-        transaction: type) -> None:
+        transaction: Any) -> None:
     """Another process ingests from the take's cursor between its look and its
     commit: the accelerated commit conflicts (it read the whole table), Delta
     skips the portable append (the ingest's transaction id). Either way the take

@@ -149,7 +149,9 @@ def second_writer_refused(spark: Any, file: str) -> list[str]:
     """Write ``file`` through the log store twice, the second time as another writer
     would (a store of its own, nothing cached): what the second write raised, and
     the file's text after. The store checks nothing before its PUT: a refusal is
-    the server's answer to ``If-None-Match: *``."""
+    the server's answer to ``If-None-Match: *``. Then the first's write once more,
+    as S3A sends a PUT again whose answer was lost: refused by the server, and
+    taken by the store as written (the file holds its text)."""
     from py4j.protocol import Py4JJavaError
 
     jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
@@ -166,8 +168,9 @@ def second_writer_refused(spark: Any, file: str) -> list[str]:
         return "written"
 
     first, second = write('{"first":1}'), write('{"second":2}')
+    again = write('{"first":1}')  # the first's PUT sent again: refused, and it is its own
     lines = jvm.sparkqueue.delta.ConditionalPutLogStore(conf).read(path, conf)
-    return [first, second, str(lines.next())]
+    return [first, second, again, str(lines.next())]
 
 
 def writer(root: str, table: str, rounds: int, appends: int, first: bool) -> dict[str, Any]:

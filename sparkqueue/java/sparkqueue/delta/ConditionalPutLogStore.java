@@ -59,16 +59,20 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
     FileSystem fs = path.getFileSystem(hadoopConf);
     if (overwrite) {
       try (FSDataOutputStream out = fs.create(path, true)) {
-        writeActions(out, actions);
+        out.write(encode(actions));
       }
       return;
     }
+    byte[] text = encode(actions);
     // createFile's builder is a raw type in Hadoop's API: its build() is an Object
     try (FSDataOutputStream out = (FSDataOutputStream) fs.createFile(path).overwrite(false)
         .must(CONDITIONAL, true).build()) {
-      writeActions(out, actions);
+      out.write(text);
     } catch (IOException e) {
       if (isConflict(e)) {
+        if (holds(fs, path, text)) {
+          return;  // this write landed, its answer was lost, and the retried PUT refused
+        }
         java.nio.file.FileAlreadyExistsException exists =
             new java.nio.file.FileAlreadyExistsException(path.toString());
         exists.initCause(e);
@@ -76,6 +80,32 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
       }
       throw e;
     }
+  }
+
+  /**
+   * Whether the file at {@code path} holds exactly {@code text}: then a refused create
+   * lost to no other writer but to this one. A PUT whose answer was lost (a reset
+   * connection, a timeout) is sent again by S3A's retries, and S3 refuses the second
+   * with 412 because the first landed; taken as another writer's commit, Delta would
+   * commit the same actions again at the next version (an append twice). A commit's
+   * text names its transaction ({@code commitInfo.txnId}), so no other writer's is
+   * the same.
+   */
+  static boolean holds(FileSystem fs, Path path, byte[] text) {
+    try (java.io.InputStream in = fs.open(path)) {
+      byte[] found = in.readNBytes(text.length + 1);
+      return java.util.Arrays.equals(found, text);
+    } catch (IOException e) {
+      return false;  // unreadable now: taken as another writer's, as before
+    }
+  }
+
+  private static byte[] encode(Iterator<String> actions) {
+    StringBuilder text = new StringBuilder();
+    while (actions.hasNext()) {
+      text.append(actions.next()).append('\n');
+    }
+    return text.toString().getBytes(StandardCharsets.UTF_8);
   }
 
   /**
@@ -96,13 +126,6 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
       }
     }
     return false;
-  }
-
-  private static void writeActions(FSDataOutputStream out, Iterator<String> actions)
-      throws IOException {
-    while (actions.hasNext()) {
-      out.write((actions.next() + "\n").getBytes(StandardCharsets.UTF_8));
-    }
   }
 
   /**

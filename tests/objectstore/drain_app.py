@@ -1,0 +1,147 @@
+"""One of two Spark applications that put into and drain one tube on S3 through an S3
+that misbehaves (tests/objectstore/faulty.py), for tests/objectstore/test_faults.py.
+
+    python drain_app.py ROOT ENGINE WHO BATCHES SIZE first|second OUT
+
+It puts ``BATCHES`` batches of ``SIZE`` tasks, taking and acking a batch after
+each put, then takes and acks until the tube is empty. Every verb is called as
+a user would: an error is recorded by type and the verb tried again, except a
+put, which is never repeated (a put that raised may have landed: its rows must
+then show once, whole, or not at all). A take that raised may have leased tasks
+to this owner unseen: they come back by ``release_all`` when no task is left to
+take. It prints ``batch N`` as it goes, and writes what it saw to OUT as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from collections import Counter
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import sparkqueue
+from sparkqueue import QueueError, TaskNotFound
+from tests.conftest import one_start_at_a_time
+from tests.objectstore.s3_app import GO, SMALL
+
+#: S3A gives up on a request after a few seconds of faults, so that an outage
+#: reaches the caller as errors rather than as one long wait
+FEW_RETRIES = {"spark.hadoop.fs.s3a.retry.limit": "3",
+               "spark.hadoop.fs.s3a.retry.interval": "250ms",
+               "spark.hadoop.fs.s3a.retry.throttle.limit": "5",
+               "spark.hadoop.fs.s3a.retry.throttle.interval": "100ms",
+               "spark.hadoop.fs.s3a.attempts.maximum": "2",
+               "spark.hadoop.fs.s3a.connection.establish.timeout": "2s"}
+R = TypeVar("R")
+
+
+class Drain:
+    """One application's verbs on the tube, and what it saw of them."""
+
+    def __init__(self, tube: sparkqueue.Tube, who: str, deadline: float) -> None:
+        self.tube, self.who, self.deadline = tube, who, deadline
+        self.errors: Counter[str] = Counter()
+        self.messages: dict[str, str] = {}  # the first message of each kind of error
+        self.untyped: list[str] = []
+        self.taken: list[list[Any]] = []  # [task_id, who put it, batch, i]
+        self.put: list[int] = []
+        self.uncertain: list[int] = []  # batches whose put raised
+
+    def call(self, verb: str, fn: Callable[[], R]) -> R | QueueError:
+        """``fn()``, or the typed error it raised (counted); an untyped one is kept."""
+        try:
+            return fn()
+        except QueueError as e:
+            self.errors[f"{verb}:{type(e).__name__}"] += 1
+            self.messages.setdefault(f"{verb}:{type(e).__name__}", str(e)[:500])
+            return e
+        except Exception as e:  # noqa: BLE001 (what the test asserts never happens)
+            where = " < ".join(f"{f.filename.rsplit('/', 1)[-1]}:{f.lineno}"
+                               for f in reversed(traceback.extract_tb(e.__traceback__)[-6:]))
+            self.untyped.append(f"{verb}: {type(e).__name__} at {where}: {str(e)[:300]}")
+            return QueueError(str(e))
+
+    def until_done(self, verb: str, fn: Callable[[], R]) -> R:
+        """``fn()`` tried until it does not raise (each error counted)."""
+        while time.monotonic() < self.deadline:
+            got = self.call(verb, fn)
+            if not isinstance(got, QueueError):
+                return got
+            time.sleep(0.5)
+        raise TimeoutError(f"{self.who}: {verb} kept failing")
+
+    def put_batch(self, batch: int, size: int) -> None:
+        rows = [{"who": self.who, "b": batch, "i": i} for i in range(size)]
+        got = self.call("put", lambda: self.tube.put(rows).count())
+        (self.uncertain if isinstance(got, QueueError) else self.put).append(batch)
+
+    def take_and_ack(self, n: int) -> int:
+        """One take and the ack of what it gave: how many it gave (-1: it raised)."""
+        got = self.call("take", lambda: self.tube.take(n).collect())
+        if isinstance(got, QueueError):
+            return -1
+        ids = [int(r["task_id"]) for r in got]
+        self.taken.extend([int(r["task_id"]), r["data"]["who"], r["data"]["b"], r["data"]["i"]]
+                          for r in got)
+        while ids and time.monotonic() < self.deadline:
+            acked = self.call("ack", lambda: self.tube.ack(ids))
+            if not isinstance(acked, QueueError):
+                break
+            if isinstance(acked, TaskNotFound):  # an ack whose answer was lost landed
+                break
+        return len(got)
+
+    def drain(self, n: int) -> None:
+        """Take and ack until the tube holds no task (this owner's unseen leases given
+        back when nothing is left to take; the other application's awaited)."""
+        while time.monotonic() < self.deadline:
+            if self.take_and_ack(n) != 0:
+                continue
+            stats = self.call("statistics", lambda: self.tube.statistics()["tasks"])
+            if isinstance(stats, QueueError):
+                continue
+            if stats["total"] == 0:
+                return
+            mine = self.call("tasks_by_state", lambda: self.tube.tasks_by_state("taken")
+                             .where(f"owner = '{self.who}'").count())
+            if isinstance(mine, int) and mine:
+                self.until_done("release_all", self.tube.release_all)
+            else:
+                time.sleep(1)
+        raise TimeoutError(f"{self.who}: the tube did not empty")
+
+
+def main(argv: list[str]) -> int:
+    root, engine, who, batches, size, order, out = argv
+    with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
+        sparkqueue.session(master="local[1]", conf={**SMALL, **FEW_RETRIES}, root=root)
+    started = time.monotonic()
+    sq = sparkqueue.connect(None, root, owner=who, engine=engine)
+    if order == "first":
+        sq.create_tube("jobs", "fifottl", ttr=3600, if_not_exists=True)
+        print(GO, flush=True)
+    else:
+        assert sys.stdin.readline().strip() == GO
+    drain = Drain(sq.tube("jobs"), who, started + 600)
+    try:
+        for batch in range(int(batches)):
+            drain.put_batch(batch, int(size))
+            drain.take_and_ack(int(size))
+            print(f"batch {batch}", flush=True)
+        drain.drain(int(size))
+    finally:  # what it saw, also when the drain did not finish (printed for the test)
+        seen = {"engine": sq.engine, "errors": drain.errors, "messages": drain.messages,
+                "untyped": drain.untyped,
+                "taken": drain.taken, "put": drain.put, "uncertain": drain.uncertain,
+                "seconds": time.monotonic() - started}
+        print(json.dumps({k: v for k, v in seen.items() if k != "taken"}), flush=True)
+        with open(out, "w") as f:
+            json.dump(seen, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,115 @@
+"""An S3 that misbehaves (tests/objectstore/faulty.py, a proxy in front of the local S3
+server): 503 SlowDown, reset connections, writes applied whose answer is lost, and
+the endpoint unreachable for a while. Two Spark applications, one on each engine,
+put into one tube and drain it through them (tests/objectstore/drain_app.py)."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sparkqueue.s3gateway import S3Gateway
+
+from ..jvm import short_lived
+from .faulty import FaultyS3
+from .s3_app import GO
+
+pytestmark = pytest.mark.slow
+
+APP = Path(__file__).parent / "drain_app.py"
+REPO = APP.parents[2]
+#: 5% of requests answered 503 SlowDown, 2% reset, 10% of writes applied and unanswered,
+#: and a fifth of the writes of Delta commit files (a few dozen in a run)
+RATES = {"slowdown": 0.05, "reset": 0.02, "lost": 0.10, "lost_commit": 0.20}
+OUTAGE = 30.0
+BATCHES, SIZE = 3, 20
+
+
+def start(env: dict[str, str], root: str, engine: str, who: str, order: str,
+          out: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, str(APP), root, engine, who, str(BATCHES), str(SIZE), order, str(out)],
+        env=short_lived(PYTHONPATH=str(REPO), **env), text=True, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+
+def follow(first: subprocess.Popen[str], second: subprocess.Popen[str], proxy: FaultyS3,
+           lines: list[str]) -> None:
+    """Read the first application's output: its go line passed to the second; after
+    its second batch, the endpoint down for :data:`OUTAGE` seconds."""
+    assert first.stdout is not None and second.stdin is not None
+    for line in first.stdout:
+        lines.append(line)
+        if line.strip() == GO:
+            second.stdin.write(line)
+            second.stdin.flush()
+        elif line.strip() == "batch 1":
+            proxy.outage()
+            time.sleep(OUTAGE)
+            proxy.restore()
+
+
+def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
+        gateway: S3Gateway, tmp_path: Path, record_property: Any) -> None:
+    """An accelerated and a portable application each put 3 batches of 20 tasks and
+    take and ack them, then drain the tube, through the faults of :data:`RATES`
+    and, in the middle, 30 s with the endpoint unreachable. Every verb succeeds or
+    raises a typed error (StorageError while S3 is down); both finish the drain.
+    No task is lost, put twice, put in part or leased to two owners: every put
+    that returned shows once; a put that raised shows whole once or not at all;
+    each task was given to one taker once."""
+    root = gateway.root("faults")
+    with FaultyS3(f"127.0.0.1:{gateway.port}", RATES, seed=7) as proxy:
+        env = {**gateway.env, "AWS_ENDPOINT_URL": proxy.url}
+        apps = {who: start(env, root, engine, who, order, tmp_path / f"{who}.json")
+                for who, engine, order in (("a", "accelerated", "first"),
+                                           ("b", "portable", "second"))}
+        lines: dict[str, list[str]] = {"a": [], "b": []}
+        readers = [threading.Thread(target=follow, args=(apps["a"], apps["b"], proxy,
+                                                         lines["a"])),
+                   threading.Thread(target=lambda: lines["b"].extend(apps["b"].stdout or ()))]
+        for reader in readers:
+            reader.start()
+        for app in apps.values():
+            app.wait(timeout=900)
+        for reader in readers:
+            reader.join()
+        for who, app in apps.items():
+            assert app.returncode == 0, "".join(lines[who])[-4000:]
+        injected = dict(proxy.injected)
+    seen = {who: json.loads((tmp_path / f"{who}.json").read_text()) for who in apps}
+    assert [seen[w]["engine"] for w in ("a", "b")] == ["accelerated", "portable"]
+    assert {k: v > 0 for k, v in injected.items()} == dict.fromkeys(
+        ("slowdown", "reset", "lost", "lost_commit", "outage"), True)
+    assert seen["a"]["untyped"] + seen["b"]["untyped"] == []
+    raised = collections.Counter(seen["a"]["errors"]) + collections.Counter(seen["b"]["errors"])
+    assert set(raised) <= {f"{verb}:StorageError" for verb in (
+        "put", "take", "ack", "statistics", "tasks_by_state", "release_all")} | {
+        "ack:TaskNotFound"}  # an ack tried again after its answer was lost
+    assert raised, "the outage reached the callers as errors"
+    check_tasks(seen)
+    record_property("summary", f"faults injected {injected}; verbs raised {dict(raised)}")
+
+
+def check_tasks(seen: dict[str, dict[str, Any]]) -> None:
+    """0 lost, 0 put twice, 0 partial puts, 0 double leases."""
+    taken = [tuple(t) for s in seen.values() for t in s["taken"]]  # (id, who, batch, i)
+    ids = collections.Counter(t[0] for t in taken)
+    assert [i for i, n in ids.items() if n > 1] == [], "a task given to two takers"
+    by_batch: dict[tuple[str, int], list[int]] = collections.defaultdict(list)
+    for _, who, batch, i in taken:
+        by_batch[(who, batch)].append(i)
+    for who, s in seen.items():
+        for batch in s["put"]:  # returned: shown once, whole
+            assert sorted(by_batch.pop((who, batch), [])) == list(range(SIZE)), (who, batch)
+        for batch in s["uncertain"]:  # raised: shown once whole, or not at all
+            assert sorted(by_batch.pop((who, batch), [])) in ([], list(range(SIZE)))
+    assert by_batch == {}, "tasks no put made"
