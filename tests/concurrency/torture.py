@@ -10,7 +10,7 @@ own Spark applications (this file with ``--role``). The producer puts
 batches whose payload names it, logging each batch before the call and its
 task ids after it. A consumer takes a batch (``fifottl`` with a short ttr, so
 the leases of a killed one end), logs the ids, acks them and logs the ids
-again. The sweeper runs a pass a second. For ``--seconds`` the coordinator
+again. The sweeper runs pass after pass. For ``--seconds`` the coordinator
 SIGKILLs a random one of them at a random moment (mid-put, mid-take, mid-ack
 or mid-sweep: it reports what the victim was doing) and starts a new one in
 its place. Then it stops the producer, drains the tube itself, and prints
@@ -95,14 +95,13 @@ def consume(root: str, log: Any, engine: str) -> None:
 
 
 def sweep(root: str, log: Any) -> None:
-    """A sweeper pass a second until killed."""
+    """Sweeper passes, one after another, until killed."""
     spark = sparkqueue.session(app_name="torture-sweeper", master="local[1]", root=root)
     sq = sparkqueue.connect(spark, root)
     while True:
         log_line(log, "sweeping")
         sq.sweep()
         log_line(log, "swept")
-        time.sleep(1.0)
 
 
 def read_logs(folder: Path) -> dict[str, list[list[str]]]:

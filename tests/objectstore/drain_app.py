@@ -65,12 +65,12 @@ class Drain:
             return QueueError(str(e))
 
     def until_done(self, verb: str, fn: Callable[[], R]) -> R:
-        """``fn()`` tried until it does not raise (each error counted)."""
+        """``fn()`` tried until it does not raise (each error counted; S3A's retries
+        pace the tries while S3 is down)."""
         while time.monotonic() < self.deadline:
             got = self.call(verb, fn)
             if not isinstance(got, QueueError):
                 return got
-            time.sleep(0.5)
         raise TimeoutError(f"{self.who}: {verb} kept failing")
 
     def put_batch(self, batch: int, size: int) -> None:
@@ -78,9 +78,10 @@ class Drain:
         got = self.call("put", lambda: self.tube.put(rows).count())
         (self.uncertain if isinstance(got, QueueError) else self.put).append(batch)
 
-    def take_and_ack(self, n: int) -> int:
-        """One take and the ack of what it gave: how many it gave (-1: it raised)."""
-        got = self.call("take", lambda: self.tube.take(n).collect())
+    def take_and_ack(self, n: int, wait: float = 0.0) -> int:
+        """One take (waiting up to ``wait`` seconds for a task) and the ack of what it
+        gave: how many it gave (-1: it raised)."""
+        got = self.call("take", lambda: self.tube.take(n, timeout=wait).collect())
         if isinstance(got, QueueError):
             return -1
         ids = [int(r["task_id"]) for r in got]
@@ -98,7 +99,7 @@ class Drain:
         """Take and ack until the tube holds no task (this owner's unseen leases given
         back when nothing is left to take; the other application's awaited)."""
         while time.monotonic() < self.deadline:
-            if self.take_and_ack(n) != 0:
+            if self.take_and_ack(n, wait=1.0) != 0:
                 continue
             stats = self.call("statistics", lambda: self.tube.statistics()["tasks"])
             if isinstance(stats, QueueError):
@@ -109,8 +110,6 @@ class Drain:
                              .where(f"owner = '{self.who}'").count())
             if isinstance(mine, int) and mine:
                 self.until_done("release_all", self.tube.release_all)
-            else:
-                time.sleep(1)
         raise TimeoutError(f"{self.who}: the tube did not empty")
 
 

@@ -10,7 +10,6 @@ import json
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -42,9 +41,9 @@ def start(env: dict[str, str], root: str, engine: str, who: str, order: str,
 
 
 def follow(first: subprocess.Popen[str], second: subprocess.Popen[str], proxy: FaultyS3,
-           lines: list[str]) -> None:
+           back: threading.Timer, lines: list[str]) -> None:
     """Read the first application's output: its go line passed to the second; after
-    its second batch, the endpoint down for :data:`OUTAGE` seconds."""
+    its second batch, the endpoint goes down (``back`` brings it back)."""
     assert first.stdout is not None and second.stdin is not None
     for line in first.stdout:
         lines.append(line)
@@ -53,8 +52,7 @@ def follow(first: subprocess.Popen[str], second: subprocess.Popen[str], proxy: F
             second.stdin.flush()
         elif line.strip() == "batch 1":
             proxy.outage()
-            time.sleep(OUTAGE)
-            proxy.restore()
+            back.start()
 
 
 def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
@@ -73,7 +71,8 @@ def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
                 for who, engine, order in (("a", "accelerated", "first"),
                                            ("b", "portable", "second"))}
         lines: dict[str, list[str]] = {"a": [], "b": []}
-        readers = [threading.Thread(target=follow, args=(apps["a"], apps["b"], proxy,
+        back = threading.Timer(OUTAGE, proxy.restore)
+        readers = [threading.Thread(target=follow, args=(apps["a"], apps["b"], proxy, back,
                                                          lines["a"])),
                    threading.Thread(target=lambda: lines["b"].extend(apps["b"].stdout or ()))]
         for reader in readers:
@@ -82,6 +81,7 @@ def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
             app.wait(timeout=900)
         for reader in readers:
             reader.join()
+        back.cancel()
         for who, app in apps.items():
             assert app.returncode == 0, "".join(lines[who])[-4000:]
         injected = dict(proxy.injected)

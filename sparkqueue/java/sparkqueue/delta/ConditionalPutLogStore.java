@@ -70,7 +70,16 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
       out.write(text);
     } catch (IOException e) {
       if (isConflict(e)) {
-        if (holds(fs, path, text)) {
+        boolean ours;
+        try {
+          ours = holds(fs, path, text);
+        } catch (IOException unread) {
+          // whose commit it is cannot be told now: fail this one, as a lost answer
+          // would, rather than let Delta commit its actions again on top of it
+          unread.addSuppressed(e);
+          throw unread;
+        }
+        if (ours) {
           return;  // this write landed, its answer was lost, and the retried PUT refused
         }
         java.nio.file.FileAlreadyExistsException exists =
@@ -89,14 +98,15 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
    * with 412 because the first landed; taken as another writer's commit, Delta would
    * commit the same actions again at the next version (an append twice). A commit's
    * text names its transaction ({@code commitInfo.txnId}), so no other writer's is
-   * the same.
+   * the same. A file that cannot be read raises: taken as another writer's, it
+   * could be this commit made twice.
    */
-  static boolean holds(FileSystem fs, Path path, byte[] text) {
+  static boolean holds(FileSystem fs, Path path, byte[] text) throws IOException {
     try (java.io.InputStream in = fs.open(path)) {
       byte[] found = in.readNBytes(text.length + 1);
       return java.util.Arrays.equals(found, text);
-    } catch (IOException e) {
-      return false;  // unreadable now: taken as another writer's, as before
+    } catch (FileNotFoundException e) {
+      return false;
     }
   }
 
