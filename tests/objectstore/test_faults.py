@@ -26,8 +26,8 @@ pytestmark = pytest.mark.slow
 APP = Path(__file__).parent / "drain_app.py"
 REPO = APP.parents[2]
 #: 5% of requests answered 503 SlowDown, 2% reset, 10% of writes applied and unanswered,
-#: and a fifth of the writes of Delta commit files (a few dozen in a run)
-RATES = {"slowdown": 0.05, "reset": 0.02, "lost": 0.10, "lost_commit": 0.20}
+#: and three in ten of the writes of Delta commit files (a few dozen in a run)
+RATES = {"slowdown": 0.05, "reset": 0.02, "lost": 0.10, "lost_commit": 0.30}
 OUTAGE = 30.0
 BATCHES, SIZE = 3, 20
 
