@@ -73,6 +73,7 @@ def verbs(root: str) -> dict[str, Any]:
                trigger={"availableNow": True}).awaitTermination()
     seen["sunk"] = sorted(r["data"]["n"] for r in t.tasks_by_state("ready").collect())
     seen["listing"] = log_listing(spark, t.context.layout.tasks("jobs"))
+    seen["vacuum"] = removable(spark, t.context.layout.tasks("jobs"))
     seen["events"] = change_events(spark, t)
     t.drop()
     seen["log_store"] = second_writer_refused(spark, f"{root}/probe/_delta_log/0.json")
@@ -101,6 +102,17 @@ def demo(root: str) -> str:
             ["--root", root])
     assert code == 0
     return out.getvalue()
+
+
+def removable(spark: Any, table: str) -> int:
+    """How many files VACUUM with no retention would delete from ``table`` (a dry run):
+    those the takes and acks removed."""
+    check = "spark.databricks.delta.retentionDurationCheck.enabled"
+    spark.conf.set(check, "false")
+    try:
+        return int(spark.sql(f"VACUUM delta.`{table}` RETAIN 0 HOURS DRY RUN").count())
+    finally:
+        spark.conf.unset(check)
 
 
 def change_events(spark: Any, t: sparkqueue.Tube) -> list[str]:
@@ -142,6 +154,11 @@ def log_listing(spark: Any, table: str) -> dict[str, Any]:
         store.listFrom(jvm.org.apache.hadoop.fs.Path(f"{table}-gone/_delta_log/0.json"), conf)
     except Py4JJavaError as e:
         seen["missing"] = str(e.java_exception.getClass().getName())
+    # a table's own folder from its first name on: what VACUUM lists
+    data = store.listFrom(jvm.org.apache.hadoop.fs.Path(table, "\u0000"), conf)
+    seen["data"] = sorted(str(data.next().getPath().getName()) for _ in iter(data.hasNext, False))
+    seen["data_folder"] = sorted(str(f.getPath().getName()) for f in fs.listStatus(
+        jvm.org.apache.hadoop.fs.Path(table)))
     return seen
 
 

@@ -86,6 +86,10 @@ def check_verbs(seen: dict[str, Any], root: str) -> None:
     assert listing["listed"] == [n for n in listing["folder"] if n >= listing["from"]]
     assert listing["listed"][0] == listing["from"]
     assert listing["missing"] == "java.io.FileNotFoundException"
+    # any other folder is listed whole (VACUUM lists a table's from "\u0000"), and
+    # VACUUM finds the files the verbs removed
+    assert listing["data"] == listing["data_folder"] and "_delta_log" in listing["data"]
+    assert seen["vacuum"] > 0
     missing, denied = seen["errors"]["missing"], seen["errors"]["denied"]
     assert missing[0] == denied[0] == "StorageError"
     assert "s3a://no-such-bucket/q" in missing[1] and "does not exist" in missing[1]

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 import sparkqueue
-from sparkqueue import FakeClock, Queue, StorageError, Tube, TubeNotFound
+from sparkqueue import FakeClock, Queue, StorageError, Tube, TubeNotFound, store
 
 
 def local(path: str) -> Path:
@@ -100,3 +101,44 @@ def test_a_root_that_cannot_be_written_is_an_error_naming_it(spark: SparkSession
         sparkqueue.connect(spark, str(blocker / "queues"))
     assert str(blocker / "queues") in err.value.path
     assert "Py4J" not in str(err.value) and "\tat " not in str(err.value)
+
+
+def test_a_put_whose_commit_landed_before_the_storage_failed_returns_its_rows_once(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The append commits, then the storage fails before its answer comes back (S3A
+    gave up on a lost answer): the put finds its commit by its token and returns
+    its rows, put once."""
+    t = sq.create_tube("lost", "fifottl")
+    append = store.append
+
+    def commits_then_fails(*args: Any, **kwargs: Any) -> None:
+        append(*args, **kwargs)
+        raise RuntimeError("An error occurred while calling o1.save.\n: "
+                           "java.io.IOException: the answer was lost")
+
+    monkeypatch.setattr(store, "append", commits_then_fails)
+    assert sorted(r["data"]["n"] for r in t.put([{"n": i} for i in range(3)]).collect()) == [
+        0, 1, 2]
+    monkeypatch.undo()
+    assert sorted(r["data"]["n"] for r in t.take(10).collect()) == [0, 1, 2]
+
+
+def test_a_failure_of_the_storage_is_a_storage_error_and_nothing_is_written(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """S3A's error after its retries (here raised where the append would write) reaches
+    the caller as a StorageError naming the tube, its folder and the storage's words."""
+    t = sq.create_tube("down", "fifottl")
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(
+            "An error occurred while calling o1.save.\n: org.apache.hadoop.fs.s3a."
+            "AWSClientIOException: PUT on s3a://b/q: Unable to execute HTTP request: "
+            "Connection refused\n\tat org.apache.hadoop.fs.s3a.S3AUtils.translateException")
+
+    monkeypatch.setattr(store, "append", unreachable)
+    with pytest.raises(StorageError) as err:
+        t.put([{"n": 1}])
+    assert err.value.tube == "down" and "Connection refused" in str(err.value)
+    assert t.context.layout.tube_dir("down") in str(err.value)
+    monkeypatch.undo()
+    assert t.statistics()["tasks"]["total"] == 0

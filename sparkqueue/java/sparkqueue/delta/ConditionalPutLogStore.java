@@ -139,18 +139,23 @@ public class ConditionalPutLogStore extends HadoopFileSystemLogStore {
   }
 
   /**
-   * The log's files from {@code path}'s name on, in order: on S3A one listing that
-   * starts at that key ({@link #listAfter}); elsewhere, or where S3A's listing
-   * cannot be reached, the folder's listing filtered, as Delta's. A log folder
-   * that is not there is a {@link FileNotFoundException}, as Delta expects; on
-   * S3A it is looked for only when the listing found nothing (saving a HEAD
-   * and a LIST on every other call).
+   * The folder's entries from {@code path}'s name on, in order. For a Delta log on
+   * S3A, one listing that starts at that key ({@link #listAfter}); for any other
+   * folder (VACUUM lists a table's data folders from the name {@code "\u0000"},
+   * which has no key before it), elsewhere, or where S3A's listing cannot be
+   * reached, the folder's listing filtered, as Delta's. A log folder that is not
+   * there is a {@link FileNotFoundException}, as Delta expects; on S3A it is
+   * looked for only when the listing found nothing (saving a HEAD and a LIST on
+   * every other call).
    */
   @Override
   public Iterator<FileStatus> listFrom(Path path, Configuration hadoopConf) throws IOException {
     FileSystem fs = path.getFileSystem(hadoopConf);
     Path resolved = fs.makeQualified(path);
-    List<FileStatus> found = isS3A(fs) ? listAfter(fs, resolved) : null;
+    boolean log = resolved.getParent() != null
+        && resolved.getParent().getName().equals("_delta_log")
+        && resolved.getName().compareTo("0") >= 0;
+    List<FileStatus> found = isS3A(fs) && log ? listAfter(fs, resolved) : null;
     if (found == null) {
       return super.listFrom(path, hadoopConf);
     }
