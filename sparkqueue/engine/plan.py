@@ -13,8 +13,8 @@ the ones tried left out. :data:`TAKE_RULES` is the table, in order;
 
 A settling verb on the caller's own leases (ack, release, touch, bury) plans
 alike: :class:`SettleFacts`, :data:`SETTLE_RULES`, :func:`settle_order` (whole
-files where they may be its tasks, then the statement, which never turns a verb
-down).
+files where they may be its tasks, or the portable engine's DELETE of one acked
+task, then the statement, which never turns a verb down).
 """
 
 from __future__ import annotations
@@ -183,6 +183,9 @@ class Settle(enum.Enum):
     #: removed (ack) or rewritten with the verb's SET, in one commit that joins
     #: nothing (``engine.leased``)
     WHOLE_FILES = "whole-files"
+    #: an ack of one task: one DELETE of its row where the caller holds its live
+    #: lease; a DELETE of one row is all or nothing (``engine.settle``)
+    ONE_TASK = "one-task"
     #: one MERGE of the named tasks; its guards say what is wrong (``engine.ops``)
     STATEMENT = "merge"
 
@@ -195,12 +198,15 @@ class SettleFacts:
     on every task the caller holds with a live lease and its SET reads only the
     task's own row (``Op.on_leases``: ack, release, touch, bury); ``listed``:
     the tasks are a list of ids (a DataFrame of ids too many to collect is
-    joined); ``value``: the verb writes a value of the caller's (``done``)."""
+    joined); ``value``: the verb writes a value of the caller's (``done``);
+    ``removes``: the verb removes the tasks (an ack); ``one``: it names one task."""
 
     engine: str
     on_leases: bool
     listed: bool = True
     value: bool = False
+    removes: bool = False
+    one: bool = False
 
 
 SETTLE_RULES: tuple[Rule, ...] = (
@@ -210,6 +216,13 @@ SETTLE_RULES: tuple[Rule, ...] = (
          "taken is whole files: removed reading no data; its executor goes on only where "
          "file statistics show them so, with no change feed",
          lambda f: f.engine == "accelerated" and f.on_leases and f.listed and not f.value),
+    Rule(Settle.ONE_TASK,
+         "portable; an ack of one task",
+         "a DELETE whose condition holds the guard deletes the row or nothing: all or "
+         "nothing, with no join and no source; deleting nothing, it commits nothing, "
+         "and the MERGE acks the task or says why not (a DELETE of several rows "
+         "could delete some: Delta's SQL cannot name the files a choice saw)",
+         lambda f: f.engine == "portable" and f.on_leases and f.removes and f.one),
     Rule(Settle.STATEMENT,
          "always",
          "every verb and every case: the guards refuse what must not change",

@@ -56,12 +56,18 @@ def test_each_kind_of_take_tries_its_strategies_in_the_tables_order(
 
 @pytest.mark.parametrize("facts, expected", [
     (SettleFacts("accelerated", on_leases=True), [Settle.WHOLE_FILES, Settle.STATEMENT]),
-    (SettleFacts("portable", on_leases=True), [Settle.STATEMENT]),
+    (SettleFacts("accelerated", on_leases=True, removes=True),
+     [Settle.WHOLE_FILES, Settle.STATEMENT]),
+    (SettleFacts("portable", on_leases=True), [Settle.STATEMENT]),  # release, touch, bury
+    (SettleFacts("portable", on_leases=True, removes=True, one=True),
+     [Settle.ONE_TASK, Settle.STATEMENT]),
+    (SettleFacts("portable", on_leases=True, removes=True), [Settle.STATEMENT]),  # a batch
+    (SettleFacts("portable", on_leases=True, one=True), [Settle.STATEMENT]),  # release of one
     (SettleFacts("accelerated", on_leases=False), [Settle.STATEMENT]),  # delete, dig, ...
     (SettleFacts("accelerated", on_leases=True, listed=False), [Settle.STATEMENT]),
     (SettleFacts("accelerated", on_leases=True, value=True), [Settle.STATEMENT]),  # done
 ])
-def test_each_settling_verb_tries_whole_files_only_where_they_can_be_its_tasks(
+def test_each_settling_verb_tries_files_only_where_they_can_be_its_tasks(
         facts: SettleFacts, expected: list[Settle]) -> None:
     assert settle_order(facts) == expected
     assert settle_order(facts)[-1] is Settle.STATEMENT  # what settle() relies on
