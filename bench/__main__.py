@@ -56,9 +56,11 @@ in one application whose session sparkqueue built for S3, with the S3
 requests per take (S3A's statistics) and the S3-over-local ratios.
 
 The soak section (bench/soak.py) runs one tube through --soak-rounds small
-rounds of put + take + ack with the sweeper on its schedule, on each engine,
-on a local folder and on S3: the rounds of the last tenth against the first,
-the files the tables keep, the log's length and its checkpoints.
+rounds of put + take + ack with the sweeper on its schedule (as ``make soak``'s
+per round: a sweep every fortieth of the rounds, compaction every twentieth,
+VACUUM every quarter), on each engine, on a local folder and on S3: the
+rounds of the last tenth against the first, the files the tables keep, the
+log's length and its checkpoints.
 
 The sweep section times one sweeper pass over a 100,000-task and a
 10,000,000-task tube with 1% of the tasks due in each (--sweep-sizes).
@@ -398,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"soak: {args.soak_rounds} rounds of put, take and ack of "
             f"{soak.DEFAULTS['batch']} on each engine, a local folder and S3")
         figures.update(soak.run(spark, f"{root}/soak", list(soak.WHERE),
-                                **{**soak.DEFAULTS, "rounds": args.soak_rounds}))
+                                **soak.scaled(args.soak_rounds)))
 
     if args.scale:
         bench_scale(spark, sq, args.big, args.repeat, figures)

@@ -52,6 +52,15 @@ DEFAULTS = {"rounds": 2000, "batch": 10, "sweep_every": 50, "compact_every": 100
             "vacuum_every": 500}
 
 
+def scaled(rounds: int) -> dict[str, int]:
+    """:data:`DEFAULTS` for a soak of ``rounds``: its sweeps, compactions and VACUUMs
+    as many per round (a shorter soak still compacts and vacuums)."""
+    share = rounds / DEFAULTS["rounds"]
+    return {**DEFAULTS, "rounds": rounds,
+            **{k: max(1, round(DEFAULTS[k] * share))
+               for k in ("sweep_every", "compact_every", "vacuum_every")}}
+
+
 def storage(spark: SparkSession, folder: str) -> dict[str, int]:
     """What the tables under ``folder`` keep on storage: data files, commit files and
     checkpoint files (a listing through Hadoop's file system: local or S3A)."""
