@@ -62,19 +62,22 @@ def test_a_take_of_sub_queue_heads_and_a_sharded_tube_explain_their_plan(sq: Que
 def test_each_settling_verb_commits_with_its_plans_strategy(
         sq: Queue, spark: SparkSession, root: str, clock: FakeClock) -> None:
     """An ack or a release of a take's whole batch removes or rewrites its files
-    (``whole-files``); part of a batch, or the portable store, is a MERGE."""
+    (``whole-files``); part of a batch, or the portable store, is a MERGE, but
+    the portable store's ack of one task is one guarded DELETE (``one-task``)."""
     t = sq.create_tube("settle", "fifottl")
-    t.put([{"n": i} for i in range(6)])
+    t.put([{"n": i} for i in range(7)])
     ingest(t.context)
     batch = t.take(3)
     assert ids(t.ack(batch)) == [0, 1, 2] and last_plan(t) == "whole-files"
-    assert ids(t.take(2)) == [3, 4]
+    assert ids(t.take(3)) == [3, 4, 5]
     assert ids(t.release([3])) == [3] and last_plan(t) == "merge"  # part of the batch
 
     portable = sparkqueue.connect(spark, root, owner=sq.owner, clock=clock, engine="portable")
     other = portable.tube("settle")
-    assert ids(other.ack([4])) == [4] and last_plan(other) == "merge"
-    assert t.statistics()["tasks"]["total"] == 2
+    assert ids(other.ack([4, 5])) == [4, 5] and last_plan(other) == "merge"
+    assert ids(other.take(1)) == [3]
+    assert ids(other.ack([3])) == [3] and last_plan(other) == "one-task"
+    assert t.statistics()["tasks"]["total"] == 1
 
 
 def test_a_take_carrying_acks_it_cannot_commit_acks_them_apart_first(sq: Queue) -> None:
