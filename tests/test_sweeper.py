@@ -22,7 +22,7 @@ import sparkqueue
 from sparkqueue import FakeClock, InvalidOption, Queue, Tube, cli
 from sparkqueue.engine.records import live_tasks
 from sparkqueue.session import submit_args
-from sparkqueue.sweep import cold_groups, compact
+from sparkqueue.sweep import cold_groups, compact, vacuum
 from tests.conftest import ids, versions
 
 from .jvm import short_lived
@@ -309,3 +309,20 @@ def test_statistics_history_before_any_sweep_is_empty(sq: Queue) -> None:
     sq.create_tube("t")
     history = sq.statistics_history()
     assert history.count() == 0 and "leases_expired" in history.columns
+
+
+def test_a_retention_under_deltas_guard_is_an_invalid_option(sq: Queue,
+                                                              spark: SparkSession) -> None:
+    """VACUUM with a retention Delta's check refuses (0 hours), where the session
+    keeps the check: a typed error naming the setting, and no file deleted."""
+    t = sq.create_tube("kept", "fifottl")
+    t.put([{"n": 1}])
+    check = "spark.databricks.delta.retentionDurationCheck.enabled"
+    was = spark.conf.get(check, "true") or "true"
+    spark.conf.set(check, "true")
+    try:
+        with pytest.raises(InvalidOption, match="vacuum_retention_hours = 0 .*retention"):
+            vacuum(t, 0.0)
+    finally:
+        spark.conf.set(check, was)
+    assert vacuum(t, 168.0) == 0
