@@ -9,7 +9,8 @@ a user would: an error is recorded by type and the verb tried again, except a
 put, which is never repeated (a put that raised may have landed: its rows must
 then show once, whole, or not at all). A take that raised may have leased tasks
 to this owner unseen: they come back by ``release_all`` when no task is left to
-take. It prints ``batch N`` as it goes, and writes what it saw to OUT as JSON.
+take. Then it calls each other verb once on a tube of its own (``every_verb``).
+It prints ``batch N`` as it goes, and writes what it saw to OUT as JSON.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ class Drain:
         self.taken: list[list[Any]] = []  # [task_id, who put it, batch, i]
         self.put: list[int] = []
         self.uncertain: list[int] = []  # batches whose put raised
+        self.called: list[str] = []  # the verbs every_verb called
 
     def call(self, verb: str, fn: Callable[[], R]) -> R | QueueError:
         """``fn()``, or the typed error it raised (counted); an untyped one is kept."""
@@ -112,6 +114,28 @@ class Drain:
                 self.until_done("release_all", self.tube.release_all)
         raise TimeoutError(f"{self.who}: the tube did not empty")
 
+    def every_verb(self, sq: sparkqueue.Queue) -> None:
+        """The other verbs, each called once through the faults on a tube of this
+        application's own: touch, release, bury, kick, peek, delete, and a sweeper
+        pass (expiry, purge, compaction and VACUUM all due). Each returns or raises
+        a typed error; what it did is not checked here (a lost answer may have
+        landed), only that nothing untyped reaches the caller."""
+        tube = self.until_done("create_tube", lambda: sq.create_tube(
+            f"verbs_{self.who}", "fifottl", ttr=3600, if_not_exists=True))
+        self.call("put", lambda: tube.put([{"i": i} for i in range(4)]).count())
+        got = self.call("take", lambda: tube.take(4).collect())
+        ids = [] if isinstance(got, QueueError) else [int(r["task_id"]) for r in got]
+        steps: list[tuple[str, Callable[[], object]]] = [
+            ("touch", lambda: tube.touch(ids, 60.0).count()),
+            ("release", lambda: tube.release(ids[:1]).count()),
+            ("bury", lambda: tube.bury(ids[1:2]).count()),
+            ("kick", lambda: tube.kick(1)),
+            ("peek", lambda: tube.peek(ids).count()),
+            ("delete", lambda: tube.delete(ids[2:]).count())] if ids else []
+        for verb, fn in [*steps, ("sweep", lambda: sq.sweep(tube.name))]:
+            self.call(verb, fn)
+            self.called.append(verb)
+
 
 def main(argv: list[str]) -> int:
     root, engine, who, batches, size, order, out = argv
@@ -131,9 +155,10 @@ def main(argv: list[str]) -> int:
             drain.take_and_ack(int(size))
             print(f"batch {batch}", flush=True)
         drain.drain(int(size))
+        drain.every_verb(sq)
     finally:  # what it saw, also when the drain did not finish (printed for the test)
         seen = {"engine": sq.engine, "errors": drain.errors, "messages": drain.messages,
-                "untyped": drain.untyped,
+                "untyped": drain.untyped, "called": drain.called,
                 "taken": drain.taken, "put": drain.put, "uncertain": drain.uncertain,
                 "seconds": time.monotonic() - started}
         print(json.dumps({k: v for k, v in seen.items() if k != "taken"}), flush=True)

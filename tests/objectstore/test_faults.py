@@ -63,7 +63,8 @@ def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
     raises a typed error (StorageError while S3 is down); both finish the drain.
     No task is lost, put twice, put in part or leased to two owners: every put
     that returned shows once; a put that raised shows whole once or not at all;
-    each task was given to one taker once."""
+    each task was given to one taker once. Then each calls touch, release, bury,
+    kick, peek, delete and a sweeper pass through the faults: typed errors only."""
     root = gateway.root("faults")
     with FaultyS3(f"127.0.0.1:{gateway.port}", RATES, seed=7) as proxy:
         env = {**gateway.env, "AWS_ENDPOINT_URL": proxy.url}
@@ -91,8 +92,11 @@ def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
         ("slowdown", "reset", "lost", "lost_commit", "outage"), True)
     assert seen["a"]["untyped"] + seen["b"]["untyped"] == []
     raised = collections.Counter(seen["a"]["errors"]) + collections.Counter(seen["b"]["errors"])
+    assert [seen[w]["called"][-1] for w in ("a", "b")] == ["sweep", "sweep"]
+    assert any("delete" in seen[w]["called"] for w in ("a", "b")), "no take gave tasks"
     assert set(raised) <= {f"{verb}:StorageError" for verb in (
-        "put", "take", "ack", "statistics", "tasks_by_state", "release_all")} | {
+        "put", "take", "ack", "statistics", "tasks_by_state", "release_all", "create_tube",
+        "touch", "release", "bury", "kick", "peek", "delete", "sweep")} | {
         "ack:TaskNotFound"}  # an ack tried again after its answer was lost
     assert raised, "the outage reached the callers as errors"
     check_tasks(seen)
