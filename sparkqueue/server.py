@@ -6,6 +6,7 @@ reach Spark (a Spark Connect client), and for the tests that do. It runs
 with Delta's package and SQL extension, on 127.0.0.1.
 
     python -m sparkqueue.server --port 15002      # then SPARK_REMOTE=sc://127.0.0.1:15002
+    python -m sparkqueue.server --s3              # clients' roots on S3 (AWS_* variables)
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 
 import pyspark
 
+from . import objectstore
 from .config import load_config
 from .errors import QueueError
 from .session import delta_package
@@ -45,13 +48,21 @@ class ConnectServer:
     ``conf``: more Spark settings for the server (``spark.driver.memory``,
     ``spark.master``, ...), over conf/sparkqueue.toml's ``[spark]`` ones.
     ``log``: where its output goes (a file beside the working directory by
-    default). A context manager: started on entry,
-    stopped on exit.
+    default). ``s3``: an AWS environment (``AWS_ENDPOINT_URL``, keys, region)
+    for a server whose clients' roots are on S3: it gets S3A and sparkqueue's
+    log store, as :func:`sparkqueue.session` gives a session for an S3 root.
+    A context manager: started on entry, stopped on exit.
     """
 
     def __init__(self, port: int | None = None, conf: dict[str, str] | None = None,
-                 log: str | Path | None = None) -> None:
+                 log: str | Path | None = None, s3: Mapping[str, str] | None = None) -> None:
         self.port = port or free_port()
+        self.packages = [delta_package(), lines.installed().connect_package()]
+        s3_settings: dict[str, str] = {}
+        if s3 is not None:
+            s3_settings, more = objectstore.session_settings(
+                lines.installed().delta_release(), s3)
+            self.packages += more
         self.conf = {
             "spark.master": "local[2]",
             "spark.ui.enabled": "false",
@@ -64,6 +75,7 @@ class ConnectServer:
             # this Python (which has sparkqueue) runs the server's Python workers:
             # a streaming sink's foreachBatch function runs in one
             "spark.pyspark.python": sys.executable,
+            **s3_settings,
             **(conf or {}),
         }
         self.log = Path(log or f"spark-connect-{self.port}.log")
@@ -75,9 +87,8 @@ class ConnectServer:
 
     def command(self) -> list[str]:
         submit = Path(pyspark.__file__).parent / "bin" / "spark-submit"
-        packages = [delta_package(), lines.installed().connect_package()]
         args = [str(submit), "--class", CONNECT_SERVER,
-                "--packages", ",".join(p for p in packages if p)]
+                "--packages", ",".join(p for p in self.packages if p)]
         for key, value in self.conf.items():
             args += ["--conf", f"{key}={value}"]
         return args
@@ -126,8 +137,11 @@ class ConnectServer:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--port", type=int, default=15002)
+    parser.add_argument("--s3", action="store_true",
+                        help="for roots on S3: S3A and sparkqueue's log store, with the "
+                             "endpoint and keys of this environment's AWS_* variables")
     args = parser.parse_args(argv)
-    server = ConnectServer(args.port)
+    server = ConnectServer(args.port, s3=os.environ if args.s3 else None)
     # The server's JVM runs in a process group of its own, which a signal to this
     # process does not reach: SIGTERM (``kill``, a supervisor's stop) ends this
     # process as Ctrl-C does, and either way the JVM is stopped with it.

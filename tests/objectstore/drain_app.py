@@ -3,6 +3,10 @@ that misbehaves (tests/objectstore/faulty.py), for tests/objectstore/test_faults
 
     python drain_app.py ROOT ENGINE WHO BATCHES SIZE first|second OUT
 
+ENGINE: ``accelerated`` or ``portable`` (an application of its own), or a Spark
+Connect server's URL (``sc://...``: a client of that server, whose session
+reaches S3).
+
 It puts ``BATCHES`` batches of ``SIZE`` tasks, taking and acking a batch after
 each put, then takes and acks until the tube is empty. Every verb is called as
 a user would: an error is recorded by type and the verb tried again, except a
@@ -22,6 +26,8 @@ import traceback
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import QueueError, TaskNotFound
@@ -139,10 +145,15 @@ class Drain:
 
 def main(argv: list[str]) -> int:
     root, engine, who, batches, size, order, out = argv
-    with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
-        sparkqueue.session(master="local[1]", conf={**SMALL, **FEW_RETRIES}, root=root)
+    if engine.startswith("sc://"):  # a Spark Connect client of the server there
+        spark: SparkSession | None = SparkSession.builder.remote(engine).getOrCreate()
+    else:
+        with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
+            sparkqueue.session(master="local[1]", conf={**SMALL, **FEW_RETRIES}, root=root)
+        spark = None
     started = time.monotonic()
-    sq = sparkqueue.connect(None, root, owner=who, engine=engine)
+    sq = sparkqueue.connect(spark, root, owner=who,
+                            engine=None if spark is not None else engine)
     if order == "first":
         sq.create_tube("jobs", "fifottl", ttr=3600, if_not_exists=True)
         print(GO, flush=True)

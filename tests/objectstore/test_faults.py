@@ -1,7 +1,8 @@
 """An S3 that misbehaves (tests/objectstore/faulty.py, a proxy in front of the local S3
 server): 503 SlowDown, reset connections, writes applied whose answer is lost, and
 the endpoint unreachable for a while. Two Spark applications, one on each engine,
-put into one tube and drain it through them (tests/objectstore/drain_app.py)."""
+put into one tube and drain it through them (tests/objectstore/drain_app.py); then
+a Spark Connect client does the same through a server whose S3 misbehaves."""
 
 from __future__ import annotations
 
@@ -16,10 +17,13 @@ from typing import Any
 import pytest
 
 from sparkqueue.s3gateway import S3Gateway
+from sparkqueue.server import ConnectServer
 
+from ..conftest import one_start_at_a_time
 from ..jvm import short_lived
+from .drain_app import FEW_RETRIES
 from .faulty import FaultyS3
-from .s3_app import GO
+from .s3_app import GO, SMALL
 
 pytestmark = pytest.mark.slow
 
@@ -33,21 +37,22 @@ BATCHES, SIZE = 3, 20
 
 
 def start(env: dict[str, str], root: str, engine: str, who: str, order: str,
-          out: Path) -> subprocess.Popen[str]:
+          out: Path, batches: int = BATCHES) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, str(APP), root, engine, who, str(BATCHES), str(SIZE), order, str(out)],
+        [sys.executable, str(APP), root, engine, who, str(batches), str(SIZE), order, str(out)],
         env=short_lived(PYTHONPATH=str(REPO), **env), text=True, stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def follow(first: subprocess.Popen[str], second: subprocess.Popen[str], proxy: FaultyS3,
-           back: threading.Timer, lines: list[str]) -> None:
-    """Read the first application's output: its go line passed to the second; after
-    its second batch, the endpoint goes down (``back`` brings it back)."""
-    assert first.stdout is not None and second.stdin is not None
+def follow(first: subprocess.Popen[str], second: subprocess.Popen[str] | None,
+           proxy: FaultyS3, back: threading.Timer, lines: list[str]) -> None:
+    """Read the first application's output: its go line passed to the second (if
+    any); after its second batch, the endpoint goes down (``back`` brings it back)."""
+    assert first.stdout is not None
     for line in first.stdout:
         lines.append(line)
-        if line.strip() == GO:
+        if line.strip() == GO and second is not None:
+            assert second.stdin is not None
             second.stdin.write(line)
             second.stdin.flush()
         elif line.strip() == "batch 1":
@@ -88,19 +93,58 @@ def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
         injected = dict(proxy.injected)
     seen = {who: json.loads((tmp_path / f"{who}.json").read_text()) for who in apps}
     assert [seen[w]["engine"] for w in ("a", "b")] == ["accelerated", "portable"]
+    raised = check_seen(seen, injected)
+    record_property("summary", f"faults injected {injected}; verbs raised {dict(raised)}")
+
+
+def test_a_spark_connect_client_drains_through_s3_faults_and_an_outage(
+        gateway: S3Gateway, tmp_path: Path, record_property: Any) -> None:
+    """The same drain (of 2 batches) and verbs as a Spark Connect client, the way Databricks runs
+    sparkqueue: the server reaches S3 through the faults and the outage, and its
+    failures reach the client over gRPC. They must still be typed errors, and no
+    task lost, put twice, put in part or leased twice."""
+    root = gateway.root("faults-connect")
+    with FaultyS3(f"127.0.0.1:{gateway.port}", RATES, seed=11) as proxy:
+        env = {**gateway.env, "AWS_ENDPOINT_URL": proxy.url}
+        server = ConnectServer(conf={"spark.master": "local[1]", **SMALL, **FEW_RETRIES},
+                               log=tmp_path / "server.log", s3=env)
+        with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
+            server.start()
+        try:
+            app = start(env, root, server.url, "c", "first", tmp_path / "c.json", batches=2)
+            lines: list[str] = []
+            back = threading.Timer(OUTAGE, proxy.restore)
+            follow(app, None, proxy, back, lines)
+            app.wait(timeout=900)
+            back.cancel()
+        finally:
+            server.stop()
+        assert app.returncode == 0, "".join(lines)[-4000:]
+        injected = dict(proxy.injected)
+    seen = {"c": json.loads((tmp_path / "c.json").read_text())}
+    assert seen["c"]["engine"] == "portable"
+    raised = check_seen(seen, injected)
+    record_property("summary", f"faults injected {injected}; verbs raised {dict(raised)}")
+
+
+def check_seen(seen: dict[str, dict[str, Any]],
+               injected: dict[str, int]) -> collections.Counter[str]:
+    """Every kind of fault injected, every verb called, typed errors only, and the
+    tasks whole (:func:`check_tasks`): what the verbs raised."""
     assert {k: v > 0 for k, v in injected.items()} == dict.fromkeys(
         ("slowdown", "reset", "lost", "lost_commit", "outage"), True)
-    assert seen["a"]["untyped"] + seen["b"]["untyped"] == []
-    raised = collections.Counter(seen["a"]["errors"]) + collections.Counter(seen["b"]["errors"])
-    assert [seen[w]["called"][-1] for w in ("a", "b")] == ["sweep", "sweep"]
-    assert any("delete" in seen[w]["called"] for w in ("a", "b")), "no take gave tasks"
+    assert [s["untyped"] for s in seen.values()] == [[] for _ in seen]
+    assert [s["called"][-1] for s in seen.values()] == ["sweep" for _ in seen]
+    assert any("delete" in s["called"] for s in seen.values()), "no take gave tasks"
+    raised: collections.Counter[str] = sum(
+        (collections.Counter(s["errors"]) for s in seen.values()), collections.Counter())
     assert set(raised) <= {f"{verb}:StorageError" for verb in (
         "put", "take", "ack", "statistics", "tasks_by_state", "release_all", "create_tube",
         "touch", "release", "bury", "kick", "peek", "delete", "sweep")} | {
         "ack:TaskNotFound"}  # an ack tried again after its answer was lost
     assert raised, "the outage reached the callers as errors"
     check_tasks(seen)
-    record_property("summary", f"faults injected {injected}; verbs raised {dict(raised)}")
+    return raised
 
 
 def check_tasks(seen: dict[str, dict[str, Any]]) -> None:
