@@ -38,6 +38,7 @@ import sparkqueue
 from bench import REPO, emit
 from sparkqueue import Config, FakeClock
 from sparkqueue.s3gateway import S3Gateway
+from sparkqueue.store import RETENTION_CHECK
 
 ENGINES = ("accelerated", "portable")
 WHERE = ("local", "s3")
@@ -97,12 +98,11 @@ def soak(spark: SparkSession, root: str, engine: str, **sizes: int) -> dict[str,
     VACUUM keeps no removed file: the soak is one process, and no write is in
     flight while it sweeps (a sweeper beside writers keeps Delta's 168 hours).
     """
-    check = "spark.databricks.delta.retentionDurationCheck.enabled"
-    spark.conf.set(check, "false")
+    spark.conf.set(RETENTION_CHECK, "false")
     try:
         return rounds_of(spark, root, engine, **sizes)
     finally:
-        spark.conf.unset(check)
+        spark.conf.unset(RETENTION_CHECK)
 
 
 def rounds_of(spark: SparkSession, root: str, engine: str, rounds: int, batch: int,

@@ -40,7 +40,7 @@ from . import store as st
 from .engine import ops, verbs
 from .engine.records import live_tasks, records_at
 from .engine.stats import census_of
-from .errors import InvalidOption, Timeout
+from .errors import Timeout
 from .store import CommitTag
 
 if TYPE_CHECKING:
@@ -301,35 +301,19 @@ def cold_groups(files: list[Any], now: float) -> list[list[str]]:
     return [[f["file"] for f in group] for group in groups if len(group) >= 2]
 
 
-#: Delta's error for a VACUUM retention its check deems unsafe, and the check's setting
-RETENTION_REFUSED = "DELTA_VACUUM_RETENTION_PERIOD_TOO_SHORT"
-RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
-
-
 def vacuum(tube: Tube, retention_hours: float) -> int:
     """VACUUM both tables with the conf's retention; data files deleted.
 
     VACUUM writes no data and no file actions, so it conflicts with nothing.
-    A retention Delta's check refuses (``spark.databricks.delta.
-    retentionDurationCheck.enabled``; Delta 4.4 refuses one that rounds to
-    0 hours) is refused before anything is deleted: :class:`InvalidOption`,
-    naming the sweeper's setting and the check's.
+    A retention Delta's check refuses is refused before anything is deleted
+    (:func:`sparkqueue.store.tables.vacuum`: :class:`InvalidOption`).
     """
     layout = tube.context.layout
     deleted = 0
     for path in (layout.inbox(tube.context.key), layout.tasks(tube.context.key)):
         before = layout.latest_version(path)
-        try:
-            tube.context.guarded(lambda p=path: st.vacuum(  # type: ignore[misc]
-                tube.context.spark, p, retention_hours))
-        except Exception as e:
-            if RETENTION_REFUSED not in str(e):
-                raise
-            raise InvalidOption(
-                f"vacuum_retention_hours = {retention_hours:g} (conf [sweeper]) is refused by "
-                f"Delta's retention check ({RETENTION_CHECK}), which keeps the files of "
-                "writers still in flight: raise it (168, a week, is Delta's default), or set "
-                f"the check false in [spark] where no writer runs longer") from e
+        tube.context.guarded(lambda p=path: st.vacuum(  # type: ignore[misc]
+            tube.context.spark, p, retention_hours))
         for _, info in layout.commit_infos(path, before):
             if info.get("operation") == "VACUUM END":
                 deleted += int((info.get("operationMetrics") or {}).get("numDeletedFiles", 0))

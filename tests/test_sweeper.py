@@ -22,6 +22,7 @@ import sparkqueue
 from sparkqueue import FakeClock, InvalidOption, Queue, Tube, cli
 from sparkqueue.engine.records import live_tasks
 from sparkqueue.session import submit_args
+from sparkqueue.store import RETENTION_CHECK
 from sparkqueue.sweep import cold_groups, compact, vacuum
 from tests.conftest import ids, versions
 
@@ -192,7 +193,7 @@ def _submit(root: str, conf: Path, *args: str) -> subprocess.Popen[str]:
     env = short_lived(PYTHONPATH=str(REPO), PYTHONUNBUFFERED="1")
     cmd = [str(Path(sys.executable).parent / "spark-submit"),
            "--properties-file", str(REPO / "conf" / "spark-submit.conf"), *submit_args(root),
-           "--conf", "spark.databricks.delta.retentionDurationCheck.enabled=false",
+           "--conf", f"{RETENTION_CHECK}=false",
            "--conf", "spark.sql.shuffle.partitions=2",
            str(REPO / "jobs" / "sweeper.py"), "--root", root, "--conf", str(conf), *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -317,12 +318,11 @@ def test_a_retention_under_deltas_guard_is_an_invalid_option(sq: Queue,
     keeps the check: a typed error naming the setting, and no file deleted."""
     t = sq.create_tube("kept", "fifottl")
     t.put([{"n": 1}])
-    check = "spark.databricks.delta.retentionDurationCheck.enabled"
-    was = spark.conf.get(check, "true") or "true"
-    spark.conf.set(check, "true")
+    was = spark.conf.get(RETENTION_CHECK, "true") or "true"
+    spark.conf.set(RETENTION_CHECK, "true")
     try:
-        with pytest.raises(InvalidOption, match="vacuum_retention_hours = 0 .*retention"):
+        with pytest.raises(InvalidOption, match="retention of 0 hours .*vacuum_retention_hours"):
             vacuum(t, 0.0)
     finally:
-        spark.conf.set(check, was)
+        spark.conf.set(RETENTION_CHECK, was)
     assert vacuum(t, 168.0) == 0

@@ -102,6 +102,7 @@ from .sql import (
     without_ids,
 )
 from .tables import (
+    RETENTION_CHECK,
     When,
     add_column,
     delete,
@@ -118,7 +119,8 @@ __all__ = [
     "add_column", "append", "is_path", "read", "read_changes", "read_stream", "CHANGE_TYPE",
     "COLUMNS",
     "DATAFRAMES", "ENGINES", "FEW_FILES", "FILE_STATS", "INF", "INGEST_TXN", "LEASE", "MARKER",
-    "PUBLIC_COLUMNS", "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS", "TASK_COLUMNS",
+    "PUBLIC_COLUMNS", "RETENTION_CHECK", "RUNS_INLINE", "STATS_COLUMNS", "TAKE_FILE_ROWS",
+    "TASK_COLUMNS",
     "TASK_FILE_ROWS", "TASK_TABLE_COLUMNS", "USER_METADATA", "CommitTag", "Cursor", "Layout",
     "PutFile", "StaleChoice", "Store", "Transaction", "When", "delete", "bound_sql",
     "column_values",

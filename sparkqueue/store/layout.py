@@ -70,7 +70,7 @@ from .schema import (
     parse_tag,
 )
 from .sql import with_ids
-from .tables import FEED, ingest_frame, sql_table
+from .tables import FEED, RETENTION_CHECK, ingest_frame, sql_table
 from .txn import AcceleratedStore
 
 #: The engines a Layout can run: Delta's SQL and Spark's readers only, or those
@@ -260,11 +260,11 @@ class Layout(LogReader):
         """Delete every row of the table at ``path`` and its data files, now."""
         with self.tagged(CommitTag.new("drop")) as sess:
             sess.sql(f"DELETE FROM {sql_table(path)}")
-            sess.conf.set("spark.databricks.delta.retentionDurationCheck.enabled", "false")
+            sess.conf.set(RETENTION_CHECK, "false")
             try:
                 sess.sql(f"VACUUM {sql_table(path)} RETAIN 0 HOURS")
             finally:
-                sess.conf.unset("spark.databricks.delta.retentionDurationCheck.enabled")
+                sess.conf.unset(RETENTION_CHECK)
 
     def free_folder(self, tube: str) -> str:
         """The folder name for a new tube ``tube``: its own name, unless a dropped

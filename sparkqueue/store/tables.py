@@ -21,15 +21,21 @@ from typing import Any, Literal
 from pyspark.sql import DataFrame, Row, SparkSession
 from pyspark.sql import types as T
 
+from ..errors import InvalidOption
 from .frames import union
 from .schema import MARKER, Cursor
 from .sql import quoted, sql_type
 
-__all__ = ["FEED", "When", "add_column", "feed_start", "ingest_frame", "is_path", "marker_row",
-           "keep_feed", "keeps_feed", "merge", "update", "delete", "vacuum", "sql_table"]
+__all__ = ["FEED", "RETENTION_CHECK", "When", "add_column", "feed_start", "ingest_frame",
+           "is_path", "marker_row", "keep_feed", "keeps_feed", "merge", "update", "delete",
+           "vacuum", "sql_table"]
 
 #: The table property that makes Delta keep a table's change data feed.
 FEED = "delta.enableChangeDataFeed"
+
+#: Delta's check that refuses a VACUUM retention it deems unsafe, and its error.
+RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
+RETENTION_REFUSED = "DELTA_VACUUM_RETENTION_PERIOD_TOO_SHORT"
 
 Values = Mapping[str, str]
 
@@ -116,8 +122,23 @@ def add_column(spark: SparkSession, ref: str, name: str, kind: T.DataType) -> No
 
 
 def vacuum(spark: SparkSession, ref: str, retention_hours: float) -> None:
-    """VACUUM the table ``ref`` (files unreferenced for ``retention_hours``)."""
-    spark.sql(f"VACUUM {sql_table(ref)} RETAIN {float(retention_hours)} HOURS")
+    """VACUUM the table ``ref`` (files unreferenced for ``retention_hours``).
+
+    A retention that Delta's check (:data:`RETENTION_CHECK`) refuses is refused
+    before anything is deleted: :class:`InvalidOption`, naming the retention and
+    the check (Delta 4.4 refuses one that rounds to 0 hours).
+    """
+    try:
+        spark.sql(f"VACUUM {sql_table(ref)} RETAIN {float(retention_hours)} HOURS")
+    except Exception as e:
+        if RETENTION_REFUSED not in str(e):
+            raise
+        raise InvalidOption(
+            f"a VACUUM retention of {retention_hours:g} hours (the sweeper's "
+            f"vacuum_retention_hours, conf [sweeper]) is refused by Delta's retention check "
+            f"({RETENTION_CHECK}), which keeps the files of writers still in flight: raise "
+            "it (168, a week, is Delta's default), or set the check false in [spark] where "
+            "no writer runs longer") from e
 
 
 def keeps_feed(spark: SparkSession, ref: str) -> bool:

@@ -23,6 +23,7 @@ from typing import Any
 
 import sparkqueue
 from sparkqueue import FakeClock, QueueError
+from sparkqueue.store import RETENTION_CHECK
 from tests.conftest import one_start_at_a_time
 
 #: one core and one shuffle partition per application: two run at once beside the tests
@@ -107,12 +108,11 @@ def demo(root: str) -> str:
 def removable(spark: Any, table: str) -> int:
     """How many files VACUUM with no retention would delete from ``table`` (a dry run):
     those the takes and acks removed."""
-    check = "spark.databricks.delta.retentionDurationCheck.enabled"
-    spark.conf.set(check, "false")
+    spark.conf.set(RETENTION_CHECK, "false")
     try:
         return int(spark.sql(f"VACUUM delta.`{table}` RETAIN 0 HOURS DRY RUN").count())
     finally:
-        spark.conf.unset(check)
+        spark.conf.unset(RETENTION_CHECK)
 
 
 def change_events(spark: Any, t: sparkqueue.Tube) -> list[str]:
