@@ -226,17 +226,20 @@ def _delta_storage(version: str, cache: Path) -> Path:
 
 
 def session_settings(delta_version: str, env: Mapping[str, str] | None = None,
+                     settings: Mapping[str, str] | None = None,
                      ) -> tuple[dict[str, str], list[str]]:
-    """What a new session needs for S3 roots: its settings (S3A's from ``env``,
-    sparkqueue's log store for s3a and s3 and its jar, where pyspark's Hadoop
-    makes conditional PUTs) and the packages to add."""
-    settings = s3a_settings(env)
+    """What a new session needs for S3 roots: ``settings`` with S3A's from ``env``
+    and sparkqueue's log store for s3a and s3, its jar joined to any
+    ``spark.jars`` there (where pyspark's Hadoop makes conditional PUTs); and
+    the packages to add. One place for both a local session's settings and a
+    Spark Connect server's."""
+    merged = {**(settings or {}), **s3a_settings(env)}
     jar = log_store_args(delta_version)
     if jar:
-        settings["spark.jars"] = jar[1]
+        merged["spark.jars"] = ",".join(j for j in (merged.get("spark.jars"), jar[1]) if j)
         for name in S3_SCHEMES:
-            settings[f"spark.delta.logStore.{name}.impl"] = LOG_STORE
-    return settings, [hadoop_aws_package()]
+            merged[f"spark.delta.logStore.{name}.impl"] = LOG_STORE
+    return merged, [hadoop_aws_package()]
 
 
 def log_store_args(delta_version: str) -> list[str]:

@@ -58,11 +58,6 @@ class ConnectServer:
                  log: str | Path | None = None, s3: Mapping[str, str] | None = None) -> None:
         self.port = port or free_port()
         self.packages = [delta_package(), lines.installed().connect_package()]
-        s3_settings: dict[str, str] = {}
-        if s3 is not None:
-            s3_settings, more = objectstore.session_settings(
-                lines.installed().delta_release(), s3)
-            self.packages += more
         self.conf = {
             "spark.master": "local[2]",
             "spark.ui.enabled": "false",
@@ -75,9 +70,12 @@ class ConnectServer:
             # this Python (which has sparkqueue) runs the server's Python workers:
             # a streaming sink's foreachBatch function runs in one
             "spark.pyspark.python": sys.executable,
-            **s3_settings,
-            **(conf or {}),
         }
+        if s3 is not None:  # S3's settings as a local session's (conf/'s spark.jars kept)
+            self.conf, more = objectstore.session_settings(
+                lines.installed().delta_release(), s3, self.conf)
+            self.packages += more
+        self.conf.update(conf or {})
         self.log = Path(log or f"spark-connect-{self.port}.log")
         self.process: subprocess.Popen[bytes] | None = None
 

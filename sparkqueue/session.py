@@ -175,10 +175,8 @@ def _settings(root: str | None, conf: dict[str, Any] | None,
     settings: dict[str, str] = dict(config.spark)
     packages = [delta_package()]
     if objectstore.is_s3(root or config.root):
-        s3, more = objectstore.session_settings(lines.installed().delta_release())
-        if settings.get("spark.jars"):
-            s3["spark.jars"] = f"{settings['spark.jars']},{s3['spark.jars']}"
-        settings.update(s3)
+        settings, more = objectstore.session_settings(lines.installed().delta_release(),
+                                                      settings=settings)
         packages += more
     settings.update({str(k): str(v) for k, v in (conf or {}).items()})
     if master is not None:

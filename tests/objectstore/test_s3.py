@@ -12,8 +12,11 @@ from typing import Any
 
 import pytest
 
+from sparkqueue import objectstore
 from sparkqueue.s3gateway import S3Gateway
+from sparkqueue.server import ConnectServer
 from sparkqueue.session import submit_args
+from sparkqueue.store.lines import installed
 
 from ..jvm import short_lived
 from .s3_app import GO
@@ -125,3 +128,21 @@ def test_on_s3_every_verb_works_and_two_applications_lose_no_commit_and_share_no
     assert sorted(max(seen, key=lambda s: len(s["versions"]))["versions"]) == list(range(25))
     taken = [t for s in seen for t in s["taken"]]
     assert len(taken) == len(set(taken)) == 2 * 2 * 5
+
+
+def test_s3_settings_join_the_jars_already_set() -> None:
+    """A local session's and a Spark Connect server's S3 settings come from one place,
+    which adds the log store's jar to a ``spark.jars`` already set (conf/'s
+    ``[spark]``, a server's ``conf``) rather than replacing it."""
+    env = {"AWS_ACCESS_KEY_ID": "AKID", "AWS_SECRET_ACCESS_KEY": "SECRET"}
+    merged, packages = objectstore.session_settings(
+        installed().delta_release(), env, {"spark.jars": "/opt/udfs.jar", "spark.master": "x"})
+    first, log_store = merged["spark.jars"].split(",")
+    assert first == "/opt/udfs.jar" and log_store.endswith(objectstore.JAR_NAME)
+    assert merged["spark.master"] == "x" and merged["spark.hadoop.fs.s3a.access.key"] == "AKID"
+    assert packages == [objectstore.hadoop_aws_package()]
+    server = ConnectServer(s3=env, conf={"spark.master": "local[1]"})
+    assert server.conf["spark.jars"].endswith(objectstore.JAR_NAME)
+    assert server.conf["spark.delta.logStore.s3a.impl"] == objectstore.LOG_STORE
+    assert server.conf["spark.master"] == "local[1]"
+    assert objectstore.hadoop_aws_package() in server.packages
