@@ -9,13 +9,12 @@ For each line of :data:`sparkqueue.store.lines.LINES` other than this venv's:
    once and made again when the line's pins change;
 2. pytest there, on :data:`TESTS`: the contract on a classic session (the
    engine the line runs there: every verb on fifottl, a round trip on fifo,
-   utube, utubettl, limfifottl, a sharded tube and the portable store), a catalog tube, sharded
-   tubes (a Consumer, the sweeper, a sink and a drop on one), a sink,
-   ``changes``, a ``Consumer``, the sweeper through ``spark-submit`` and a
-   SIGKILL, and tests/connect's smoke test of the portable engine as a Spark
-   Connect client of a server of that line (tests/connect/conftest.py's
-   CLIENT_CONTRACT on utubettl, the demo, the command line, a notebook, a
-   sink, a consumer and a sweep).
+   utube, utubettl, limfifottl, a sharded tube and the portable store), a
+   catalog tube, a sharded tube's ids and takes, a sink, ``changes``, a
+   ``Consumer``, the sweeper through ``spark-submit`` and a SIGKILL, and
+   tests/connect's smoke test of the portable engine as a Spark Connect client
+   of a server of that line (tests/connect/conftest.py's CLIENT_CONTRACT on
+   utubettl, a notebook, a sink, a consumer and a sweep).
 
 ``python -m tests.compat [LINE ...]`` runs the lines named (default: all but
 this one) and ends with one line of results per Spark line; its exit status
@@ -45,7 +44,6 @@ TESTS = [
     "tests/contract",
     "tests/test_catalog.py::test_a_catalog_tube_on_the_accelerated_engine",
     "tests/test_shards.py::test_ids_name_their_shard_puts_take_turns_and_takes_move_on",
-    "tests/test_shards.py::test_consumer_sweeper_sink_and_drop_on_a_sharded_tube",
     "tests/streaming/test_streaming.py::"
     "test_sink_with_a_processing_time_trigger_resumes_from_its_checkpoint",
     "tests/streaming/test_streaming.py::test_change_feed_reports_each_transition",

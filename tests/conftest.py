@@ -63,25 +63,34 @@ CONTRACT_SUBSETS = {
                    "test_bury_kick_dig_delete", "test_requeue_moves_task_to_the_end",
                    "test_done_completes_and_keeps_the_task", "test_truncate_and_drop",
                    "test_release_all", "test_statistics_canonical_script"},
-    # the sharded tube: the verbs whose work ShardedTube routes (by id, across shards,
-    # or shard after shard); a put's payload, a refused ack's errors and the events
-    # are a shard's own (tests/test_shards.py has the rest of the sharded rules)
+    # the sharded tube: each way ShardedTube routes work (by id: ack, bury, delete and
+    # their refusals, requeue, done; across shards: release_all, statistics, truncate
+    # and drop; shard after shard: takes and kick); a put's payload and the events are
+    # a shard's own (tests/test_shards.py has the rest: peek, meta, tasks_by_state)
     SHARDED: {"test_put_take_ack_round_trip", "test_fifo_order_and_ids_unique_forever",
               "test_take_n_lowest_ids_first_immutable_results_and_dataframes_of_tasks",
-              "test_release_returns_task_to_its_place",
               "test_only_the_owner_may_ack_and_a_refused_batch_writes_nothing",
               "test_bury_kick_dig_delete", "test_requeue_moves_task_to_the_end",
-              "test_done_completes_and_keeps_the_task", "test_peek_is_read_only_and_tasks_by_state",
-              "test_meta", "test_release_all", "test_truncate_and_drop",
-              "test_statistics_canonical_script"},
+              "test_done_completes_and_keeps_the_task", "test_release_all",
+              "test_truncate_and_drop", "test_statistics_canonical_script"},
 }
 #: Set by the compatibility tier (tests/compat.py): on another Spark line fifottl runs
-#: the whole contract on the line's classic engine, the other drivers and the sharded
-#: tube a round trip each (their own rules are Spark SQL that every line runs alike;
-#: utubettl runs the whole contract over Spark Connect there, tests/connect).
+#: the verbs of the contract on the line's classic engine (COMPAT_FIFOTTL), the other
+#: drivers and the sharded tube a round trip each (their own rules are Spark SQL that
+#: every line runs alike; utubettl runs the client's contract over Spark Connect
+#: there, tests/connect).
 COMPAT = "SPARKQUEUE_COMPAT"
+COMPAT_FIFOTTL = {"test_put_take_ack_round_trip",
+                  "test_dataframe_put_keeps_every_column_as_payload",
+                  "test_take_n_lowest_ids_first_immutable_results_and_dataframes_of_tasks",
+                  "test_release_returns_task_to_its_place",
+                  "test_only_the_owner_may_ack_and_a_refused_batch_writes_nothing",
+                  "test_bury_kick_dig_delete", "test_requeue_moves_task_to_the_end",
+                  "test_done_completes_and_keeps_the_task", "test_release_all",
+                  "test_truncate_and_drop", "test_statistics_canonical_script"}
 COMPAT_SUBSETS = {driver: {"test_put_take_ack_round_trip"}
-                  for driver in [*DRIVERS, SHARDED, PORTABLE] if driver != "fifottl"}
+                  for driver in [*DRIVERS, SHARDED, PORTABLE] if driver != "fifottl"} | {
+                  "fifottl": COMPAT_FIFOTTL}
 
 
 # pyspark runs one kind of session per process (its functions build classic or

@@ -22,29 +22,25 @@ CONNECT_DRIVERS = ["utubettl"]
 #: classic session and a Spark Connect client (store/frames.py: a DataFrame put, a
 #: take's frozen rows, DataFrames of task ids, refusals, statistics). The portable
 #: store runs the whole contract in a classic session (tests/conftest.py, PORTABLE).
-#: On another Spark line (the compatibility tier, tests/compat.py) the same, with
-#: one notebook (they differ in what they do with the API, not in what Spark runs),
-#: the demo and the command line, a sink, changes, a Consumer and a sweep.
+#: On another Spark line (the compatibility tier, tests/compat.py) the same, but no
+#: catalog, demo or command line (the client's verbs are what differs by line).
 CLIENT_CONTRACT = {"test_put_take_ack_round_trip",
                    "test_dataframe_put_keeps_every_column_as_payload",
                    "test_take_n_lowest_ids_first_immutable_results_and_dataframes_of_tasks",
                    "test_only_the_owner_may_ack_and_a_refused_batch_writes_nothing",
                    "test_bury_kick_dig_delete", "test_statistics_canonical_script"}
-COMPAT_NOTEBOOK = "quickstart.py"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The contract's client-side tests only (CLIENT_CONTRACT); on another Spark line
-    (the compatibility tier) one notebook, and no catalog."""
+    (the compatibility tier) no catalog, demo or command line."""
     compat = bool(os.environ.get(COMPAT))
 
     def dropped_here(item: pytest.Item) -> bool:
         spec = getattr(item, "callspec", None)
         params = spec.params if spec is not None else {}
         name = getattr(item, "originalname", item.name)
-        if compat and "notebook" in params:
-            return bool(params["notebook"].name != COMPAT_NOTEBOOK)
-        if compat and "catalog" in item.nodeid:
+        if compat and ("catalog" in item.nodeid or "command_line" in item.nodeid):
             return True
         return "tube" in params and name not in CLIENT_CONTRACT
     dropped = [item for item in items if dropped_here(item)]

@@ -1,5 +1,5 @@
 """What users run, as Spark Connect clients (``SPARK_REMOTE`` set, as pyspark reads
-it): the demo job, the ``sparkqueue`` command and the sweeper, and the notebooks."""
+it): the demo job, the ``sparkqueue`` command and the sweeper, and a notebook."""
 
 from __future__ import annotations
 
@@ -14,8 +14,6 @@ from pyspark.sql import SparkSession
 
 from sparkqueue import cli
 from sparkqueue.server import ConnectServer
-
-from ..test_notebooks import NOTEBOOKS
 
 REPO = Path(__file__).resolve().parent.parent.parent
 
@@ -40,12 +38,12 @@ def test_the_demo_and_the_command_line_over_connect(
     assert capsys.readouterr().out.split() == ["mail", "urls", "0"]
 
 
-# ``spark``: the notebooks' sparkqueue.session() is this session (pyspark's default
-# Spark Connect session), which the fixture stops before the server stops
-@pytest.mark.parametrize("notebook", NOTEBOOKS, ids=lambda p: p.name)
-def test_a_notebook_over_connect(notebook: Path, connect_server: ConnectServer,
-                                 spark: SparkSession, tmp_path: Path,
-                                 monkeypatch: pytest.MonkeyPatch) -> None:
+# The quickstart notebook: the notebooks differ in what they do with the API, not in
+# what Spark runs (tests/test_notebooks.py runs them all in a classic session).
+# ``spark``: its sparkqueue.session() is this session (pyspark's default Spark Connect
+# session), which the fixture stops before the server stops.
+def test_a_notebook_over_connect(connect_server: ConnectServer, spark: SparkSession,
+                                 tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SPARK_REMOTE", connect_server.url)
     monkeypatch.setenv("NOTEBOOK_ROOT", str(tmp_path / "queues"))
-    runpy.run_path(str(notebook), run_name="__main__")
+    runpy.run_path(str(REPO / "notebooks" / "quickstart.py"), run_name="__main__")
