@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from pyspark.sql import DataFrame, SparkSession
 
@@ -36,6 +36,8 @@ from .sharded import ShardedTube
 from .single import SingleTube
 from .store import CommitTag
 from .tube import Callback, Tube
+
+R = TypeVar("R")
 
 __all__ = ["Queue", "connect"]
 
@@ -111,7 +113,7 @@ class Queue:
             self._layout = st.Layout(spark, root, engine)
             self._layout.create_registry()
         except Exception as e:
-            failed = objectstore.unreachable(root, e)
+            failed = objectstore.unreachable(root, e) or _storage_error(root, e)
             if failed is not None:
                 raise failed from e
             raise
@@ -230,15 +232,8 @@ class Queue:
         # tables, so a verb that finds one missing says so and never recreates it.
         # A name already registered is left alone (its tables may be damaged).
         if name not in self._registry_rows():
-            folder = self._layout.free_folder(name)
-            if folder != name:
-                options["folder"] = folder
-            self._layout.place(name, folder, shards)
-            keys = [st.shard_key(name, k) for k in range(shards)]
-            with ThreadPoolExecutor(max_workers=min(len(keys), 4)) as pool:  # shards at once
-                list(pool.map(lambda key: self._layout.create_tube_tables(key, bool(change_feed)),
-                              keys))
-        if not self._register(name, type, options):
+            self._guarded(lambda: self._create_tables(name, options, shards, bool(change_feed)))
+        if not self._guarded(lambda: self._register(name, type, options)):
             if if_not_exists:
                 found = self.tube(name)
                 if len(found.parts) != shards:
@@ -256,6 +251,17 @@ class Queue:
         if on_task_change is not None:
             self._callbacks[name] = on_task_change
         return self._open(name, type, driver_cls, options)
+
+    def _create_tables(self, name: str, options: dict[str, Any], shards: int,
+                       change_feed: bool) -> None:
+        """A new tube's tables, each shard's at once, in a folder of its own."""
+        folder = self._layout.free_folder(name)
+        if folder != name:
+            options["folder"] = folder
+        self._layout.place(name, folder, shards)
+        keys = [st.shard_key(name, k) for k in range(shards)]
+        with ThreadPoolExecutor(max_workers=min(len(keys), 4)) as pool:
+            list(pool.map(lambda key: self._layout.create_tube_tables(key, change_feed), keys))
 
     def _register(self, name: str, type_name: str, options: dict[str, Any]) -> bool:
         """Insert the registry row unless the name exists; True if this call inserted it."""
@@ -277,15 +283,27 @@ class Queue:
         A catalog's table names ignore case: so do the names of its tubes."""
         return f"lower({left}) = lower({right})" if self._layout.catalog else f"{left} = {right}"
 
+    def _guarded(self, fn: Callable[[], R]) -> R:
+        """``fn()``, the root's own reads and writes (the registry, a new tube's
+        tables): a failure of the storage raised as a :class:`StorageError` naming
+        the registry, as a tube's verbs raise theirs."""
+        try:
+            return fn()
+        except Exception as e:
+            failed = _storage_error(self._layout.registry, e)
+            if failed is not None:
+                raise failed from e
+            raise
+
     def _registry_rows(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        rows = self._layout.read_registry().collect()
+        rows = self._guarded(self._layout.read_registry().collect)
         return {r["name"]: (r["type"], json.loads(r["options"])) for r in rows}
 
     def tube(self, name: str) -> Tube:
         """The existing tube ``name``; :class:`TubeNotFound` otherwise."""
         validate.tube_name(name)
-        rows = self._layout.read_registry().where(
-            self._same_name("name", st.sql_literal(name, "string"))).collect()
+        rows = self._guarded(lambda: self._layout.read_registry().where(
+            self._same_name("name", st.sql_literal(name, "string"))).collect())
         if not rows:
             raise TubeNotFound(name, self._registry_rows())
         name, type_name = rows[0]["name"], rows[0]["type"]
@@ -403,3 +421,9 @@ class Queue:
             except Exception:  # noqa: BLE001 - best effort at interpreter exit
                 pass
 
+
+def _storage_error(where: str, e: BaseException) -> StorageError | None:
+    """The :class:`StorageError` for ``e`` when it is a failure of the storage (S3's
+    errors, a lost connection), naming ``where``; None for any other error."""
+    failed = st.storage_failure(e)
+    return None if failed is None else StorageError(where, f"the storage failed: {failed}")

@@ -12,23 +12,16 @@ from pyspark.sql import SparkSession
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube
 
-from ..conftest import COMPAT, CONTRACT_OPTIONS, contract_tube
+from ..conftest import CLIENT_CONTRACT, COMPAT, CONTRACT_OPTIONS, contract_tube
 
 #: The driver whose contract runs over Spark Connect: utube's windowed sub-queue
 #: heads, with times.
 CONNECT_DRIVERS = ["utubettl"]
 
-#: The contract tests that run here: those whose client-side code differs between a
-#: classic session and a Spark Connect client (store/frames.py: a DataFrame put, a
-#: take's frozen rows, DataFrames of task ids, refusals, statistics). The portable
-#: store runs the whole contract in a classic session (tests/conftest.py, PORTABLE).
+#: The contract tests that run here: CLIENT_CONTRACT (tests/conftest.py). The
+#: portable store runs the rest of the contract in a classic session (PORTABLE there).
 #: On another Spark line (the compatibility tier, tests/compat.py) the same, but no
 #: catalog, demo or command line (the client's verbs are what differs by line).
-CLIENT_CONTRACT = {"test_put_take_ack_round_trip",
-                   "test_dataframe_put_keeps_every_column_as_payload",
-                   "test_take_n_lowest_ids_first_immutable_results_and_dataframes_of_tasks",
-                   "test_only_the_owner_may_ack_and_a_refused_batch_writes_nothing",
-                   "test_bury_kick_dig_delete", "test_statistics_canonical_script"}
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -7,8 +7,9 @@ ENGINE: ``accelerated`` or ``portable`` (an application of its own), or a Spark
 Connect server's URL (``sc://...``: a client of that server, whose session
 reaches S3).
 
-It puts ``BATCHES`` batches of ``SIZE`` tasks, taking and acking a batch after
-each put, then takes and acks until the tube is empty. Every verb is called as
+It opens the root and the tube (the first application creates it), then puts
+``BATCHES`` batches of ``SIZE`` tasks, taking and acking a batch after each
+put, then takes and acks until the tube is empty. Every verb is called as
 a user would: an error is recorded by type and the verb tried again, except a
 put, which is never repeated (a put that raised may have landed: its rows must
 then show once, whole, or not at all). A take that raised may have leased tasks
@@ -48,8 +49,9 @@ R = TypeVar("R")
 class Drain:
     """One application's verbs on the tube, and what it saw of them."""
 
-    def __init__(self, tube: sparkqueue.Tube, who: str, deadline: float) -> None:
-        self.tube, self.who, self.deadline = tube, who, deadline
+    def __init__(self, who: str, deadline: float) -> None:
+        self.who, self.deadline = who, deadline
+        self.tube: sparkqueue.Tube  # the tube drained, once the application found it
         self.errors: Counter[str] = Counter()
         self.messages: dict[str, str] = {}  # the first message of each kind of error
         self.untyped: list[str] = []
@@ -152,15 +154,18 @@ def main(argv: list[str]) -> int:
             sparkqueue.session(master="local[1]", conf={**SMALL, **FEW_RETRIES}, root=root)
         spark = None
     started = time.monotonic()
-    sq = sparkqueue.connect(spark, root, owner=who,
-                            engine=None if spark is not None else engine)
-    if order == "first":
-        sq.create_tube("jobs", "fifottl", ttr=3600, if_not_exists=True)
-        print(GO, flush=True)
-    else:
-        assert sys.stdin.readline().strip() == GO
-    drain = Drain(sq.tube("jobs"), who, started + 600)
-    try:
+    drain = Drain(who, started + 600)
+    sq: sparkqueue.Queue | None = None
+    try:  # the Queue and the tube through the faults too: each call tried until it works
+        sq = drain.until_done("connect", lambda: sparkqueue.connect(
+            spark, root, owner=who, engine=None if spark is not None else engine))
+        if order == "first":
+            drain.until_done("create_tube", lambda: sq.create_tube(
+                "jobs", "fifottl", ttr=3600, if_not_exists=True))
+            print(GO, flush=True)
+        else:
+            assert sys.stdin.readline().strip() == GO
+        drain.tube = drain.until_done("tube", lambda: sq.tube("jobs"))
         for batch in range(int(batches)):
             drain.put_batch(batch, int(size))
             drain.take_and_ack(int(size))
@@ -168,8 +173,8 @@ def main(argv: list[str]) -> int:
         drain.drain(int(size))
         drain.every_verb(sq)
     finally:  # what it saw, also when the drain did not finish (printed for the test)
-        seen = {"engine": sq.engine, "errors": drain.errors, "messages": drain.messages,
-                "untyped": drain.untyped, "called": drain.called,
+        seen = {"engine": sq.engine if sq is not None else None, "errors": drain.errors,
+                "messages": drain.messages, "untyped": drain.untyped, "called": drain.called,
                 "taken": drain.taken, "put": drain.put, "uncertain": drain.uncertain,
                 "seconds": time.monotonic() - started}
         print(json.dumps({k: v for k, v in seen.items() if k != "taken"}), flush=True)

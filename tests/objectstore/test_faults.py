@@ -1,8 +1,8 @@
 """An S3 that misbehaves (tests/objectstore/faulty.py, a proxy in front of the local S3
 server): 503 SlowDown, reset connections, writes applied whose answer is lost, and
 the endpoint unreachable for a while. Two Spark applications, one on each engine,
-and a Spark Connect client of a server whose S3 misbehaves put into one tube and
-drain it through them (tests/objectstore/drain_app.py)."""
+put into one tube and drain it through them (tests/objectstore/drain_app.py); then
+a Spark Connect client does the same through a server whose S3 misbehaves."""
 
 from __future__ import annotations
 
@@ -44,70 +44,85 @@ def start(env: dict[str, str], root: str, engine: str, who: str, order: str,
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
-def follow(first: subprocess.Popen[str], others: list[subprocess.Popen[str]],
+def follow(first: subprocess.Popen[str], second: subprocess.Popen[str] | None,
            proxy: FaultyS3, back: threading.Timer, lines: list[str]) -> None:
-    """Read the first application's output: its go line passed to the others; after
-    its second batch, the endpoint goes down (``back`` brings it back)."""
+    """Read the first application's output: its go line passed to the second (if
+    any); after its second batch, the endpoint goes down (``back`` brings it back)."""
     assert first.stdout is not None
     for line in first.stdout:
         lines.append(line)
-        if line.strip() == GO:
-            for other in others:
-                assert other.stdin is not None
-                other.stdin.write(line)
-                other.stdin.flush()
+        if line.strip() == GO and second is not None:
+            assert second.stdin is not None
+            second.stdin.write(line)
+            second.stdin.flush()
         elif line.strip() == "batch 1":
             proxy.outage()
             back.start()
 
 
-def test_three_applications_drain_one_tube_through_s3_faults_and_an_outage(
+def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
         gateway: S3Gateway, tmp_path: Path, record_property: Any) -> None:
-    """An accelerated and a portable application and a Spark Connect client (the way
-    Databricks runs sparkqueue: its server reaches S3 through the faults, and their
-    failures reach it over gRPC) put batches of 20 tasks into one tube (3 batches
-    each, the client 2), taking and acking a batch after each put, then drain the
-    tube, through the faults of :data:`RATES` and, in the middle, 30 s with the
-    endpoint unreachable. Every verb succeeds or raises a typed error (StorageError
-    while S3 is down); all finish the drain. No task is lost, put twice, put in
-    part or leased to two owners: every put that returned shows once; a put that
-    raised shows whole once or not at all; each task was given to one taker once.
-    Then each calls touch, release, bury, kick, peek, delete and a sweeper pass
-    through the faults: typed errors only."""
+    """An accelerated and a portable application each put 3 batches of 20 tasks and
+    take and ack them, then drain the tube, through the faults of :data:`RATES`
+    and, in the middle, 30 s with the endpoint unreachable. Every verb succeeds or
+    raises a typed error (StorageError while S3 is down); both finish the drain.
+    No task is lost, put twice, put in part or leased to two owners: every put
+    that returned shows once; a put that raised shows whole once or not at all;
+    each task was given to one taker once. Then each calls touch, release, bury,
+    kick, peek, delete and a sweeper pass through the faults: typed errors only."""
     root = gateway.root("faults")
     with FaultyS3(f"127.0.0.1:{gateway.port}", RATES, seed=7) as proxy:
+        env = {**gateway.env, "AWS_ENDPOINT_URL": proxy.url}
+        apps = {who: start(env, root, engine, who, order, tmp_path / f"{who}.json")
+                for who, engine, order in (("a", "accelerated", "first"),
+                                           ("b", "portable", "second"))}
+        lines: dict[str, list[str]] = {"a": [], "b": []}
+        back = threading.Timer(OUTAGE, proxy.restore)
+        readers = [threading.Thread(target=follow, args=(apps["a"], apps["b"], proxy, back,
+                                                         lines["a"])),
+                   threading.Thread(target=lambda: lines["b"].extend(apps["b"].stdout or ()))]
+        for reader in readers:
+            reader.start()
+        for app in apps.values():
+            app.wait(timeout=900)
+        for reader in readers:
+            reader.join()
+        back.cancel()
+        for who, app in apps.items():
+            assert app.returncode == 0, "".join(lines[who])[-4000:]
+        injected = dict(proxy.injected)
+    seen = {who: json.loads((tmp_path / f"{who}.json").read_text()) for who in apps}
+    assert [seen[w]["engine"] for w in ("a", "b")] == ["accelerated", "portable"]
+    raised = check_seen(seen, injected)
+    record_property("summary", f"faults injected {injected}; verbs raised {dict(raised)}")
+
+
+def test_a_spark_connect_client_drains_through_s3_faults_and_an_outage(
+        gateway: S3Gateway, tmp_path: Path, record_property: Any) -> None:
+    """The same drain (of 2 batches) and verbs as a Spark Connect client, the way Databricks runs
+    sparkqueue: the server reaches S3 through the faults and the outage, and its
+    failures reach the client over gRPC. They must still be typed errors, and no
+    task lost, put twice, put in part or leased twice."""
+    root = gateway.root("faults-connect")
+    with FaultyS3(f"127.0.0.1:{gateway.port}", RATES, seed=11) as proxy:
         env = {**gateway.env, "AWS_ENDPOINT_URL": proxy.url}
         server = ConnectServer(conf={"spark.master": "local[1]", **SMALL, **FEW_RETRIES},
                                log=tmp_path / "server.log", s3=env)
         with one_start_at_a_time():  # Ivy resolves S3A's and Delta's packages
             server.start()
         try:
-            apps = {who: start(env, root, engine, who, order, tmp_path / f"{who}.json",
-                               batches)
-                    for who, engine, order, batches in (
-                        ("a", "accelerated", "first", BATCHES),
-                        ("b", "portable", "second", BATCHES),
-                        ("c", server.url, "second", BATCHES - 1))}
-            lines: dict[str, list[str]] = {who: [] for who in apps}
+            app = start(env, root, server.url, "c", "first", tmp_path / "c.json", batches=2)
+            lines: list[str] = []
             back = threading.Timer(OUTAGE, proxy.restore)
-            readers = [threading.Thread(target=follow, args=(
-                apps["a"], [apps["b"], apps["c"]], proxy, back, lines["a"]))] + [
-                threading.Thread(target=lines[who].extend, args=(apps[who].stdout or (),))
-                for who in ("b", "c")]
-            for reader in readers:
-                reader.start()
-            for app in apps.values():
-                app.wait(timeout=900)
-            for reader in readers:
-                reader.join()
+            follow(app, None, proxy, back, lines)
+            app.wait(timeout=900)
             back.cancel()
         finally:
             server.stop()
-        for who, app in apps.items():
-            assert app.returncode == 0, "".join(lines[who])[-4000:]
+        assert app.returncode == 0, "".join(lines)[-4000:]
         injected = dict(proxy.injected)
-    seen = {who: json.loads((tmp_path / f"{who}.json").read_text()) for who in apps}
-    assert [seen[w]["engine"] for w in apps] == ["accelerated", "portable", "portable"]
+    seen = {"c": json.loads((tmp_path / "c.json").read_text())}
+    assert seen["c"]["engine"] == "portable"
     raised = check_seen(seen, injected)
     record_property("summary", f"faults injected {injected}; verbs raised {dict(raised)}")
 
@@ -124,7 +139,8 @@ def check_seen(seen: dict[str, dict[str, Any]],
     raised: collections.Counter[str] = sum(
         (collections.Counter(s["errors"]) for s in seen.values()), collections.Counter())
     assert set(raised) <= {f"{verb}:StorageError" for verb in (
-        "put", "take", "ack", "statistics", "tasks_by_state", "release_all", "create_tube",
+        "connect", "tube", "put", "take", "ack", "statistics", "tasks_by_state", "release_all",
+        "create_tube",
         "touch", "release", "bury", "kick", "peek", "delete", "sweep")} | {
         "ack:TaskNotFound"}  # an ack tried again after its answer was lost
     assert raised, "the outage reached the callers as errors"
