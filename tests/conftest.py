@@ -154,6 +154,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+def spark_jobs(spark: SparkSession) -> int:
+    """How many Spark jobs the session has run: one more than the newest job's id (ids
+    count up from 0). Not the length of the status tracker's list, which keeps the
+    newest ``spark.ui.retainedJobs`` only and stops growing in a long run."""
+    return max(spark.sparkContext.statusTracker().getJobIdsForGroup(None), default=-1) + 1
+
+
 @contextmanager
 def one_start_at_a_time() -> Iterator[None]:
     """Held while a JVM resolves Delta's package: test workers (pytest -n) start

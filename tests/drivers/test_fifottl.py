@@ -28,7 +28,7 @@ from sparkqueue import (
 from sparkqueue.engine import ingest as ingest_module
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store import head_bound, may_hold_ready, ready_head
-from tests.conftest import contract_tube, first_row, ids
+from tests.conftest import contract_tube, first_row, ids, spark_jobs
 
 
 @pytest.fixture(params=["fifottl", "utubettl"])
@@ -219,10 +219,9 @@ def test_a_take_nothing_can_answer_runs_no_spark_job_and_misses_nothing(
     t = sq.create_tube("stats", "fifottl", ttr=10)
     t.put([{"n": i} for i in range(3)])
     assert ids(t.take(3)) == [0, 1, 2]
-    tracker = spark.sparkContext.statusTracker()
-    before = len(tracker.getJobIdsForGroup(None))
+    before = spark_jobs(spark)
     empty = t.take(2)
-    assert len(tracker.getJobIdsForGroup(None)) == before, "every task taken: no Spark job"
+    assert spark_jobs(spark) == before, "every task taken: no Spark job"
     assert empty.count() == 0
     clock.advance(11)  # the leases end
     assert ids(t.take(2)) == [0, 1]

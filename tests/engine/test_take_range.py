@@ -18,7 +18,7 @@ from sparkqueue.engine import ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
-from ..conftest import ids, known_ids, operations
+from ..conftest import ids, known_ids, operations, spark_jobs
 
 
 @pytest.fixture(autouse=True)
@@ -99,16 +99,15 @@ def jobs_when_called(spark: SparkSession, monkeypatch: pytest.MonkeyPatch,
                      name: str, module: Any = ops) -> tuple[list[int], int]:
     """Spark jobs run so far each time ``<module>.<name>`` (default ``ops``) is called
     from now on, and now."""
-    tracker = spark.sparkContext.statusTracker()
     jobs: list[int] = []
     original = getattr(module, name)
 
     def counted(*args: Any, **kwargs: Any) -> Any:
-        jobs.append(len(tracker.getJobIdsForGroup(None)))
+        jobs.append(spark_jobs(spark))
         return original(*args, **kwargs)
 
     monkeypatch.setattr(module, name, counted)
-    return jobs, len(tracker.getJobIdsForGroup(None))
+    return jobs, spark_jobs(spark)
 
 
 def test_a_take_of_whole_files_of_ready_tasks_chooses_without_a_spark_job(

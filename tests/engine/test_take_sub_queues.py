@@ -19,7 +19,7 @@ from sparkqueue.engine import ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
-from ..conftest import commit_infos, ids, operations
+from ..conftest import commit_infos, ids, operations, spark_jobs
 from .test_take_files import before_its_commit, files_of
 
 
@@ -306,9 +306,8 @@ def test_a_take_of_sub_queue_heads_runs_two_spark_jobs_the_choice_and_the_write(
     broadcast of the busy ones (a job of its own). Then the write."""
     t, q = ingested(sq, "two_jobs", {f"q{i}": 3 for i in range(8)})
     assert ids(t.take(2)) == [q["q0"][0], q["q1"][0]]  # two sub-queues busy
-    tracker = spark.sparkContext.statusTracker()
-    before = len(tracker.getJobIdsForGroup(None))
+    before = spark_jobs(spark)
     batch = t.take(8)
-    jobs = len(tracker.getJobIdsForGroup(None)) - before
+    jobs = spark_jobs(spark) - before
     assert ids(batch) == [q[f"q{i}"][0] for i in range(2, 8)], "the free sub-queues' heads"
     assert jobs == 2

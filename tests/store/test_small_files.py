@@ -16,7 +16,7 @@ from pyspark.sql import types as T
 from sparkqueue import Queue
 from sparkqueue import store as st
 
-from ..conftest import ids, operations
+from ..conftest import ids, operations, spark_jobs
 
 
 def last_adds(table: str) -> dict[str, dict[str, Any]]:
@@ -36,11 +36,10 @@ def test_a_recorded_take_writes_record_and_marker_with_the_statistics_of_a_spark
     t = sq.create_tube("small", "fifottl")
     t.put([{"n": i} for i in range(5)])
     tasks = t.context.layout.tasks("small")
-    tracker = spark.sparkContext.statusTracker()
-    jobs = len(tracker.getJobIdsForGroup(None))
+    jobs = spark_jobs(spark)
     batch = t.take(5, owner=owner)
     if len(owner) <= 32:
-        assert len(tracker.getJobIdsForGroup(None)) == jobs, "written from the driver"
+        assert spark_jobs(spark) == jobs, "written from the driver"
     ours = last_adds(tasks)
     assert set(ours) == {st.LEASE, st.MARKER}
     rows = spark.read.format("delta").load(tasks)
@@ -71,10 +70,9 @@ def test_a_new_tubes_first_put_gives_its_tasks_table_the_payload_column_alone(
     assert spark.read.format("delta").load(layout.tasks("first")).schema["data"].dataType == (
         T.StructType.fromJson(st.nullable(put.jsonValue())))
     batch = t.take(4)
-    tracker = spark.sparkContext.statusTracker()
-    jobs = len(tracker.getJobIdsForGroup(None))
+    jobs = spark_jobs(spark)
     acked = t.ack(batch)
-    assert len(tracker.getJobIdsForGroup(None)) == jobs
+    assert spark_jobs(spark) == jobs
     assert ids(acked) == [0, 1, 2, 3]
     assert operations(t, 0) == [("ADD COLUMNS", "payload"), ("WRITE", "ingest+take"),
                                 ("DELETE", "ack")]
