@@ -13,7 +13,7 @@ For each line of :data:`sparkqueue.store.lines.LINES` other than this venv's:
    catalog tube, a sharded tube's ids and takes, a sink, ``changes``, a
    ``Consumer``, the sweeper through ``spark-submit`` and a SIGKILL, and
    tests/connect's smoke test of the portable engine as a Spark Connect client
-   of a server of that line (tests/connect/conftest.py's CLIENT_CONTRACT on
+   of a server of that line (tests/conftest.py's CLIENT_CONTRACT on
    utubettl, a notebook, a sink, a consumer and a sweep).
 
 ``python -m tests.compat [LINE ...]`` runs the lines named (default: all but
