@@ -113,7 +113,7 @@ class Queue:
             self._layout = st.Layout(spark, root, engine)
             self._layout.create_registry()
         except Exception as e:
-            failed = objectstore.unreachable(root, e) or _storage_error(root, e)
+            failed = objectstore.unreachable(root, e) or st.storage_error(root, e)
             if failed is not None:
                 raise failed from e
             raise
@@ -290,13 +290,13 @@ class Queue:
         try:
             return fn()
         except Exception as e:
-            failed = _storage_error(self._layout.registry, e)
+            failed = st.storage_error(self._layout.registry, e)
             if failed is not None:
                 raise failed from e
             raise
 
     def _registry_rows(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        rows = self._guarded(self._layout.read_registry().collect)
+        rows = self._guarded(lambda: self._layout.read_registry().collect())
         return {r["name"]: (r["type"], json.loads(r["options"])) for r in rows}
 
     def tube(self, name: str) -> Tube:
@@ -420,10 +420,3 @@ class Queue:
                 self.tube(name).drop()
             except Exception:  # noqa: BLE001 - best effort at interpreter exit
                 pass
-
-
-def _storage_error(where: str, e: BaseException) -> StorageError | None:
-    """The :class:`StorageError` for ``e`` when it is a failure of the storage (S3's
-    errors, a lost connection), naming ``where``; None for any other error."""
-    failed = st.storage_failure(e)
-    return None if failed is None else StorageError(where, f"the storage failed: {failed}")

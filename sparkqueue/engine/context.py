@@ -119,17 +119,17 @@ class TubeContext:
         try:
             return fn()
         except Exception as e:
-            failed = st.storage_failure(e)
+            where = self.layout.tube_dir(self.name)
+            failed = st.storage_error(where, e, self.name)
             if isinstance(e, StorageError) or (
                     not isinstance(e, QueueError) and st.is_missing_table(e)):
                 try:
                     known = self.registered()
                 except Exception as again:  # noqa: BLE001 (the registry is unreachable too)
-                    failed = st.storage_failure(again) or st.first_line(again)
+                    failed = st.storage_error(where, again, self.name) or StorageError(
+                        where, f"the storage failed: {st.first_line(again)}", self.name)
                 else:
-                    raise st.missing_table_error(self.name, self.layout.tube_dir(self.name),
-                                                 e, known) from e
+                    raise st.missing_table_error(self.name, where, e, known) from e
             if failed is not None:
-                raise StorageError(self.layout.tube_dir(self.name),
-                                   f"the storage failed: {failed}", self.name) from e
+                raise failed from e
             raise

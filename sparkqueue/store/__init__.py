@@ -34,7 +34,7 @@ from .failures import (
     is_missing_table,
     missing_table_error,
     retrying,
-    storage_failure,
+    storage_error,
     typed_guard_error,
 )
 from .filestats import (
@@ -130,7 +130,7 @@ __all__ = [
     "inbox_schema", "is_conflict", "is_missing_table", "keep_feed", "keeps_feed", "may_hold",
     "may_hold_ready", "merge", "missing_table_error", "next_event", "nullable", "parse_tag",
     "quoted", "raise_guard", "raise_missing", "reaches", "ready_head", "ready_when", "retrying",
-    "storage_failure",
+    "storage_error",
     "shard_key", "sql_literal", "sql_num", "stats_of", "try_cast", "typed_guard_error", "union",
     "update", "vacuum", "whole_files", "with_ids", "without_ids",
 ]

@@ -114,6 +114,14 @@ def storage_failure(e: BaseException) -> str | None:
     return found[-1].strip()[:300] if found else None
 
 
+def storage_error(where: str, e: BaseException, tube: str | None = None,
+                  ) -> StorageError | None:
+    """The :class:`StorageError` naming ``where`` (and ``tube``) for ``e`` when it is
+    a failure of the storage (:func:`storage_failure`); None for any other error."""
+    failed = storage_failure(e)
+    return None if failed is None else StorageError(where, f"the storage failed: {failed}", tube)
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an error's message, without a Java stack (for a Java
     exception through py4j, the Java exception's own)."""

@@ -20,20 +20,21 @@ CONNECT_DRIVERS = ["utubettl"]
 
 #: The contract tests that run here: CLIENT_CONTRACT (tests/conftest.py). The
 #: portable store runs the rest of the contract in a classic session (PORTABLE there).
-#: On another Spark line (the compatibility tier, tests/compat.py) the same, but no
-#: catalog, demo or command line (the client's verbs are what differs by line).
+#: On another Spark line (the compatibility tier, tests/compat.py) the same, but none
+#: marked ``main_line_only`` (the catalog, the demo and the command line: the
+#: client's verbs are what differs by line).
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The contract's client-side tests only (CLIENT_CONTRACT); on another Spark line
-    (the compatibility tier) no catalog, demo or command line."""
+    (the compatibility tier) none marked ``main_line_only``."""
     compat = bool(os.environ.get(COMPAT))
 
     def dropped_here(item: pytest.Item) -> bool:
         spec = getattr(item, "callspec", None)
         params = spec.params if spec is not None else {}
         name = getattr(item, "originalname", item.name)
-        if compat and ("catalog" in item.nodeid or "command_line" in item.nodeid):
+        if compat and item.get_closest_marker("main_line_only") is not None:
             return True
         return "tube" in params and name not in CLIENT_CONTRACT
     dropped = [item for item in items if dropped_here(item)]

@@ -25,6 +25,7 @@ def run(args: list[str], url: str) -> str:
     return done.stdout
 
 
+@pytest.mark.main_line_only
 def test_the_demo_and_the_command_line_over_connect(
         connect_server: ConnectServer, spark: SparkSession, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -13,6 +13,11 @@ from pyspark.sql import SparkSession
 import sparkqueue
 from sparkqueue import FakeClock, Queue, StorageError, Tube, TubeNotFound, store
 
+#: what py4j shows of S3A's error after its retries
+S3A_DOWN = ("An error occurred while calling o1.save.\n: org.apache.hadoop.fs.s3a."
+            "AWSClientIOException: PUT on s3a://b/q: Unable to execute HTTP request: "
+            "Connection refused\n\tat org.apache.hadoop.fs.s3a.S3AUtils.translateException")
+
 
 def local(path: str) -> Path:
     return Path(path.removeprefix("file:"))
@@ -130,10 +135,7 @@ def test_a_failure_of_the_storage_is_a_storage_error_and_nothing_is_written(
     t = sq.create_tube("down", "fifottl")
 
     def unreachable(*args: object, **kwargs: object) -> None:
-        raise RuntimeError(
-            "An error occurred while calling o1.save.\n: org.apache.hadoop.fs.s3a."
-            "AWSClientIOException: PUT on s3a://b/q: Unable to execute HTTP request: "
-            "Connection refused\n\tat org.apache.hadoop.fs.s3a.S3AUtils.translateException")
+        raise RuntimeError(S3A_DOWN)
 
     monkeypatch.setattr(store, "append", unreachable)
     with pytest.raises(StorageError) as err:
@@ -142,3 +144,27 @@ def test_a_failure_of_the_storage_is_a_storage_error_and_nothing_is_written(
     assert t.context.layout.tube_dir("down") in str(err.value)
     monkeypatch.undo()
     assert t.statistics()["tasks"]["total"] == 0
+
+
+def test_a_storage_failure_reading_or_writing_the_registry_is_a_storage_error(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The Queue's own calls (tube, tubes, create_tube) raise the storage's failure
+    reading or writing the registry as a StorageError naming it; a tube whose
+    registration failed is not registered."""
+    sq.create_tube("kept", "fifo")
+    registry = sq.tube("kept").context.layout.registry
+
+    def unreachable(*args: object, **kwargs: object) -> None:
+        raise RuntimeError(S3A_DOWN)
+
+    monkeypatch.setattr(store.Layout, "read_registry", unreachable)
+    for call in (lambda: sq.tube("kept"), sq.tubes, lambda: sq.create_tube("new", "fifo")):
+        with pytest.raises(StorageError) as err:
+            call()
+        assert err.value.path == registry and "Connection refused" in err.value.problem
+    monkeypatch.undo()
+    monkeypatch.setattr(store, "merge", unreachable)  # the registration's own write
+    with pytest.raises(StorageError, match="Connection refused"):
+        sq.create_tube("new", "fifo")
+    monkeypatch.undo()
+    assert sorted(sq.tubes()) == ["kept"]

@@ -1,9 +1,10 @@
-"""Which errors are the storage's (sparkqueue.store.failures.storage_failure): pure logic."""
+"""Which errors are the storage's (sparkqueue.store.failures.storage_failure), and the
+typed error they become (storage_error): pure logic."""
 
 from __future__ import annotations
 
 from sparkqueue.errors import StorageError, TaskNotFound
-from sparkqueue.store.failures import is_conflict, storage_failure
+from sparkqueue.store.failures import is_conflict, storage_error, storage_failure
 
 #: what py4j shows of an S3A failure: the call, the Java exception and its causes
 S3A_FAILURE = """An error occurred while calling o79.sql.
@@ -37,6 +38,16 @@ def test_other_errors_are_not_the_storages() -> None:
     assert storage_failure(RuntimeError("[DELTA_CONCURRENT_APPEND] files were added")) is None
     assert storage_failure(TaskNotFound("t", [1])) is None  # typed already
     assert storage_failure(StorageError("s3a://b/q", "java.io.IOException: x")) is None
+
+
+def test_a_storage_failure_becomes_one_storage_error_naming_where() -> None:
+    error = storage_error("s3a://queues/q/_registry", RuntimeError(S3A_FAILURE), "jobs")
+    assert isinstance(error, StorageError)
+    assert (error.path, error.tube) == ("s3a://queues/q/_registry", "jobs")
+    assert error.problem.startswith("the storage failed: org.apache.hadoop.fs.s3a.")
+    already = StorageError("s3a://queues/q", error.problem)
+    assert storage_error("s3a://queues/q", already) is None  # typed once, never wrapped again
+    assert storage_error("s3a://queues/q", ValueError("bad literal")) is None
 
 
 def test_a_conflict_is_retried_not_a_storage_failure() -> None:
