@@ -48,7 +48,7 @@ CONTRACT_OPTIONS: dict[str, dict[str, Any]] = {"fifo": {"change_feed": True},
                                                SHARDED: {"shards": 4}}
 #: The contract tests a Spark Connect client runs (tests/connect, on utubettl): those
 #: whose client-side code differs between a classic session and a Spark Connect
-#: client (store/frames.py: a DataFrame put, a take's frozen rows, DataFrames of task
+#: client (store/frames.py: a DataFrame put, a take's rows, read at its commit, DataFrames of task
 #: ids, refusals, statistics). PORTABLE leaves them to it.
 CLIENT_CONTRACT = {"test_put_take_ack_round_trip",
                    "test_dataframe_put_keeps_every_column_as_payload",

@@ -100,7 +100,7 @@ class Drain:
 
     def take_and_ack(self, n: int, wait: float = 0.0) -> int:
         """One take (waiting up to ``wait`` seconds for a task) and the ack of what it
-        gave: how many it gave (-1: it raised)."""
+        gave: how many it gave (-1: it raised, or its rows could not be read)."""
         batch = self.call("take", lambda: self.tube.take(n, timeout=wait))
         got = None if isinstance(batch, QueueError) else self.read("take", batch.collect)
         if got is None:  # leased to this owner unseen, maybe: see drain()
