@@ -19,6 +19,11 @@ S3A_DOWN = ("An error occurred while calling o1.save.\n: org.apache.hadoop.fs.s3
             "Connection refused\n\tat org.apache.hadoop.fs.s3a.S3AUtils.translateException")
 
 
+def unreachable(*args: object, **kwargs: object) -> None:
+    """Raise S3A's error after its retries, in place of a store function."""
+    raise RuntimeError(S3A_DOWN)
+
+
 def local(path: str) -> Path:
     return Path(path.removeprefix("file:"))
 
@@ -133,10 +138,6 @@ def test_a_failure_of_the_storage_is_a_storage_error_and_nothing_is_written(
     """S3A's error after its retries (here raised where the append would write) reaches
     the caller as a StorageError naming the tube, its folder and the storage's words."""
     t = sq.create_tube("down", "fifottl")
-
-    def unreachable(*args: object, **kwargs: object) -> None:
-        raise RuntimeError(S3A_DOWN)
-
     monkeypatch.setattr(store, "append", unreachable)
     with pytest.raises(StorageError) as err:
         t.put([{"n": 1}])
@@ -153,10 +154,6 @@ def test_a_storage_failure_reading_or_writing_the_registry_is_a_storage_error(
     registration failed is not registered."""
     sq.create_tube("kept", "fifo")
     registry = sq.tube("kept").context.layout.registry
-
-    def unreachable(*args: object, **kwargs: object) -> None:
-        raise RuntimeError(S3A_DOWN)
-
     monkeypatch.setattr(store.Layout, "read_registry", unreachable)
     for call in (lambda: sq.tube("kept"), sq.tubes, lambda: sq.create_tube("new", "fifo")):
         with pytest.raises(StorageError) as err:
