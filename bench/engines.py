@@ -3,7 +3,9 @@
 In one run, on tubes of --rows tasks (fifottl, ingested first):
 
 - take(1,000): a median of --repeat runs after a warm-up run, each followed by
-  ``release_all``; take(1) and the ack of what it took, as many times;
+  ``release_all``; take(1) and the ack of what it took, as many times, beside
+  its baseline: a plain Delta table's UPDATE of one row by id and DELETE of it
+  (:func:`plain_update_delete`), as many times;
 - a drain of every task by ``take`` and ``ack`` of the taken DataFrame in batches
   of --drain-batch (the README's loop), on a tube whose puts are not ingested
   yet: ingest included;
@@ -122,6 +124,25 @@ def medians(repeat: int, fn: Callable[[], Any], after: Callable[[], Any] | None 
     return statistics.median(times)
 
 
+def plain_update_delete(spark: SparkSession, path: str, rows: DataFrame,
+                        repeat: int) -> float:
+    """The baseline of take(1) + ack(1): a plain Delta table of ``rows`` (their ``n`` as
+    the id) written at ``path``, then the median seconds of one SQL UPDATE of one
+    row by its id and one DELETE of it, each a Delta commit: what a take and an
+    ack written as the plainest public SQL cost, without choosing the row."""
+    (rows.select(F.col("n").alias("task_id"), "url", F.lit("ready").alias("status"),
+                 F.lit(None).cast("string").alias("owner"))
+     .write.format("delta").save(path))
+    ids = iter(range(7, 1 << 62, 1009))
+
+    def update_delete() -> None:
+        i = next(ids)
+        spark.sql(f"UPDATE delta.`{path}` SET status = 'taken', owner = 'bench' "
+                  f"WHERE task_id = {i} AND status = 'ready'").collect()
+        spark.sql(f"DELETE FROM delta.`{path}` WHERE task_id = {i} AND owner = 'bench'").collect()
+    return medians(repeat, update_delete)
+
+
 def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
                  repeat: int, warmup: int) -> dict[str, float]:
     """take(1000), take(1) + ack(1), a drain by take + ack and a Consumer drain on ``sq``'s
@@ -131,6 +152,10 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
     tube = ingested(sq, f"{prefix}take", "fifottl", rows)
     figures[f"{prefix}take_1000_s"] = medians(repeat, lambda: tube.take(1000), tube.release_all)
     figures[f"{prefix}take_ack_1_s"] = medians(repeat, lambda: tube.ack(tube.take(1)))
+    figures[f"{prefix}plain_update_delete_1_s"] = plain_update_delete(
+        sq.spark, f"{sq.root}/{prefix}plain", rows, repeat)
+    figures[f"{prefix}take_ack_1_vs_plain_ratio"] = (figures[f"{prefix}take_ack_1_s"]
+                                                     / figures[f"{prefix}plain_update_delete_1_s"])
     if warmup:
         consume_all(ingested(sq, f"{prefix}warmup", "fifottl", rows.limit(warmup)), batch)
     looped = sq.create_tube(f"{prefix}loop", "fifottl")

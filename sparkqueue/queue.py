@@ -109,18 +109,19 @@ class Queue:
         self._callbacks = _CALLBACKS.setdefault(root, {})
         self._temporary: list[str] = []
         self._memory = Memory()  # what its calls leave for later ones
-        try:  # the root's first reads and writes: where an unreachable store shows
-            self._layout = st.Layout(spark, root, engine)
-            self._layout.create_registry()
-        except Exception as e:
-            failed = objectstore.unreachable(root, e) or st.storage_error(root, e)
-            if failed is not None:
-                raise failed from e
-            raise
+        # the root's first reads and writes: where an unreachable store shows
+        self._layout = st.storage_guarded(root, lambda: self._open_root(engine),
+                                          explain=lambda e: objectstore.unreachable(root, e))
         objectstore.warn_if_unsafe(root, spark)
 
     def __repr__(self) -> str:
         return f"Queue(root={self.root!r}, owner={self.owner!r})"
+
+    def _open_root(self, engine: str | None) -> st.Layout:
+        """The root's tables, its registry created where there is none yet."""
+        layout = st.Layout(self.spark, self.root, engine)
+        layout.create_registry()
+        return layout
 
     @property
     def layout(self) -> st.Layout:
@@ -232,7 +233,9 @@ class Queue:
         # tables, so a verb that finds one missing says so and never recreates it.
         # A name already registered is left alone (its tables may be damaged).
         if name not in self._registry_rows():
-            self._guarded(lambda: self._create_tables(name, options, shards, bool(change_feed)))
+            folder = self._create_tables(name, shards, bool(change_feed))
+            if folder != name:
+                options["folder"] = folder
         if not self._guarded(lambda: self._register(name, type, options)):
             if if_not_exists:
                 found = self.tube(name)
@@ -252,16 +255,20 @@ class Queue:
             self._callbacks[name] = on_task_change
         return self._open(name, type, driver_cls, options)
 
-    def _create_tables(self, name: str, options: dict[str, Any], shards: int,
-                       change_feed: bool) -> None:
-        """A new tube's tables, each shard's at once, in a folder of its own."""
-        folder = self._layout.free_folder(name)
-        if folder != name:
-            options["folder"] = folder
-        self._layout.place(name, folder, shards)
+    def _create_tables(self, name: str, shards: int, change_feed: bool) -> str:
+        """A new tube's tables, each shard's at once, in a folder of its own; that
+        folder's name. A failure of the storage names the folder."""
+        layout = self._layout
+        folder = st.storage_guarded(layout.tube_dir(name), lambda: layout.free_folder(name),
+                                    name)
+        layout.place(name, folder, shards)
         keys = [st.shard_key(name, k) for k in range(shards)]
-        with ThreadPoolExecutor(max_workers=min(len(keys), 4)) as pool:
-            list(pool.map(lambda key: self._layout.create_tube_tables(key, change_feed), keys))
+
+        def create() -> None:
+            with ThreadPoolExecutor(max_workers=min(len(keys), 4)) as pool:
+                list(pool.map(lambda key: layout.create_tube_tables(key, change_feed), keys))
+        st.storage_guarded(layout.tube_dir(name), create, name)
+        return folder
 
     def _register(self, name: str, type_name: str, options: dict[str, Any]) -> bool:
         """Insert the registry row unless the name exists; True if this call inserted it."""
@@ -284,16 +291,10 @@ class Queue:
         return f"lower({left}) = lower({right})" if self._layout.catalog else f"{left} = {right}"
 
     def _guarded(self, fn: Callable[[], R]) -> R:
-        """``fn()``, the root's own reads and writes (the registry, a new tube's
-        tables): a failure of the storage raised as a :class:`StorageError` naming
-        the registry, as a tube's verbs raise theirs."""
-        try:
-            return fn()
-        except Exception as e:
-            failed = st.storage_error(self._layout.registry, e)
-            if failed is not None:
-                raise failed from e
-            raise
+        """``fn()``, a read or write of the registry: a failure of the storage
+        raised as a :class:`StorageError` naming the registry, as a tube's verbs
+        raise theirs."""
+        return st.storage_guarded(self._layout.registry, fn)
 
     def _registry_rows(self) -> dict[str, tuple[str, dict[str, Any]]]:
         rows = self._guarded(lambda: self._layout.read_registry().collect())

@@ -22,7 +22,7 @@ from . import store as st
 from . import validate
 from .engine import shards
 from .engine.take import take_once
-from .errors import InvalidOption, QueueError, Timeout
+from .errors import InvalidOption, QueueError, StorageError, Timeout
 
 if TYPE_CHECKING:
     from .tube import Tube
@@ -77,7 +77,11 @@ class Consumer:
         Seconds each take waits for tasks. A take that kept conflicting with
         other consumers' commits for the tube's conflict timeout (``Timeout``)
         is recorded in ``Progress.last_error`` and tried again: it took
-        nothing, and the tube is not idle.
+        nothing, and the tube is not idle. A failure of the storage
+        (``StorageError``: an S3 error, a lost connection) is recorded there
+        too, and the take tried again after ``take_timeout`` seconds; that
+        time counts as idle. Tasks a failed call had leased come back when
+        their leases end.
     idle_timeout
         Stop after this many seconds without a task (0: at the first empty
         take; None: never).
@@ -136,14 +140,14 @@ class Consumer:
             idle_since = time.monotonic()
             while not self._stop.is_set():
                 try:
-                    batch = self._take()
+                    batch, taken, counts = self._next()
                 except Timeout as e:  # other consumers' commits won every try: not idle
                     self.progress.last_error = f"{type(e).__name__}: {e}"
                     continue
-                # the take's ids where it wrote them down, else read, with a failure's counts
-                known = self.tube.context.memory.taken_ids(batch)
-                counts = _taken_counts(batch) if known is None else None
-                taken = sorted(counts or ()) if known is None else known
+                except StorageError as e:  # a fault of the storage: it may pass
+                    self.progress.last_error = f"{type(e).__name__}: {e}"
+                    self._stop.wait(self.take_timeout)
+                    taken = []
                 if not taken:
                     if (self.idle_timeout is not None
                             and time.monotonic() - idle_since >= self.idle_timeout):
@@ -162,6 +166,19 @@ class Consumer:
             if self.report is not None:
                 self.report(self.progress)
         return self.progress
+
+    def _next(self) -> tuple[DataFrame, list[int], dict[int, int] | None]:
+        """The next batch, its task ids, and each one's ``taken_count`` where they were
+        read (a take that wrote its ids down is not read). A failure of the storage,
+        taking or reading the batch, is a :class:`StorageError`: the tasks a take
+        leased but could not be read come back when their leases end."""
+        batch = self._take()
+        context = self.tube.context
+        known = context.memory.taken_ids(batch)
+        if known is not None:
+            return batch, known, None
+        counts = context.guarded(lambda: _taken_counts(batch))
+        return batch, sorted(counts), counts
 
     def _take(self) -> DataFrame:
         """The next batch, the previous batch's acks with it: one take on their shard

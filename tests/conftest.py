@@ -129,13 +129,16 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """fifo, utube, limfifottl and the sharded tube run their part of the contract
-    (CONTRACT_SUBSETS), the portable store all but CLIENT_CONTRACT. The
+    (CONTRACT_SUBSETS), the portable store all but CLIENT_CONTRACT; the
+    compatibility tier leaves out tests marked ``main_line_only``. The
     tests that start other processes first: each runs for minutes, so with two
     workers (pytest -n 2) they start at once and the short ones fill in after,
     rather than one long test running alone at the end."""
     compat = bool(os.environ.get(COMPAT))
 
     def outside_subset(item: pytest.Item) -> bool:
+        if compat and item.get_closest_marker("main_line_only") is not None:
+            return True  # the compatibility tier: only what differs by Spark line
         spec = getattr(item, "callspec", None)
         driver = spec.params.get("tube") if spec is not None else None
         path = item.nodeid.split("::")[0]

@@ -116,20 +116,25 @@ class TubeContext:
         table for a registered one; a failure of the storage itself (S3's errors,
         a lost connection) into a :class:`StorageError` naming the tube's folder
         and the storage's own words."""
+        where = self.layout.tube_dir(self.name)
+
+        def explained() -> R:
+            try:
+                return fn()
+            except Exception as e:
+                if isinstance(e, StorageError) or (
+                        not isinstance(e, QueueError) and st.is_missing_table(e)):
+                    raise self._missing_table(where, e) from e
+                raise
+        return st.storage_guarded(where, explained, self.name)
+
+    def _missing_table(self, where: str, e: BaseException) -> QueueError:
+        """The error for ``e``, a table of the tube found missing: whether the tube
+        was dropped is the registry's to say (:func:`store.missing_table_error`)."""
         try:
-            return fn()
-        except Exception as e:
-            where = self.layout.tube_dir(self.name)
-            failed = st.storage_error(where, e, self.name)
-            if isinstance(e, StorageError) or (
-                    not isinstance(e, QueueError) and st.is_missing_table(e)):
-                try:
-                    known = self.registered()
-                except Exception as again:  # noqa: BLE001 (the registry is unreachable too)
-                    failed = st.storage_error(where, again, self.name) or StorageError(
-                        where, f"the storage failed: {st.first_line(again)}", self.name)
-                else:
-                    raise st.missing_table_error(self.name, where, e, known) from e
-            if failed is not None:
-                raise failed from e
-            raise
+            known = self.registered()
+        except Exception as again:  # noqa: BLE001 (the registry is unreachable too)
+            return st.storage_error(where, again, self.name) or StorageError(
+                where, "a table of the tube is missing, and the registry cannot be read: "
+                f"{st.first_line(again)}", self.name)
+        return st.missing_table_error(self.name, where, e, known)

@@ -62,14 +62,14 @@ def take_facts(ctx: TubeContext, n: int, acking: list[int] | None = None,
     if not plan.reads_inbox(facts):
         return facts, None
     inbox = ctx.layout.inbox(ctx.key)
-    newest = ctx.layout.latest_versions([inbox, ctx.layout.tasks(ctx.key)])
+    newest = ctx.guarded(lambda: ctx.layout.latest_versions([inbox, ctx.layout.tasks(ctx.key)]))
     return replace(facts, puts_waiting=newest[inbox] > ctx.ingested_upto), newest
 
 
 def explain_take(ctx: TubeContext, n: int) -> dict[str, Any]:
     """The plan a take of ``n`` would follow now (:func:`plan.explained`), taking
     nothing."""
-    facts, _ = ctx.guarded(lambda: take_facts(ctx, n))
+    facts, _ = take_facts(ctx, n)
     return plan.explained(facts)
 
 

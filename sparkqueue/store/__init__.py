@@ -35,6 +35,7 @@ from .failures import (
     missing_table_error,
     retrying,
     storage_error,
+    storage_guarded,
     typed_guard_error,
 )
 from .filestats import (
@@ -131,6 +132,7 @@ __all__ = [
     "may_hold_ready", "merge", "missing_table_error", "next_event", "nullable", "parse_tag",
     "quoted", "raise_guard", "raise_missing", "reaches", "ready_head", "ready_when", "retrying",
     "storage_error",
+    "storage_guarded",
     "shard_key", "sql_literal", "sql_num", "stats_of", "try_cast", "typed_guard_error", "union",
     "update", "vacuum", "whole_files", "with_ids", "without_ids",
 ]

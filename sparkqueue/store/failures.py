@@ -122,6 +122,22 @@ def storage_error(where: str, e: BaseException, tube: str | None = None,
     return None if failed is None else StorageError(where, f"the storage failed: {failed}", tube)
 
 
+def storage_guarded(where: str, fn: Callable[[], R], tube: str | None = None,
+                    explain: Callable[[BaseException], StorageError | None] | None = None,
+                    ) -> R:
+    """``fn()``, with a failure of the storage raised as the :class:`StorageError`
+    naming ``where`` (and ``tube``) that :func:`storage_error` makes, or the one
+    ``explain`` finds first (a more specific reading of the same failure); any
+    other error goes through unchanged."""
+    try:
+        return fn()
+    except Exception as e:
+        failed = (explain(e) if explain is not None else None) or storage_error(where, e, tube)
+        if failed is not None:
+            raise failed from e
+        raise
+
+
 def first_line(e: BaseException) -> str:
     """The first line of an error's message, without a Java stack (for a Java
     exception through py4j, the Java exception's own)."""

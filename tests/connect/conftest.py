@@ -4,15 +4,13 @@ JVM in this process is used for them)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, Tube
 
-from ..conftest import CLIENT_CONTRACT, COMPAT, CONTRACT_OPTIONS, contract_tube
+from ..conftest import CLIENT_CONTRACT, CONTRACT_OPTIONS, contract_tube
 
 #: The driver whose contract runs over Spark Connect: utube's windowed sub-queue
 #: heads, with times.
@@ -21,21 +19,17 @@ CONNECT_DRIVERS = ["utubettl"]
 #: The contract tests that run here: CLIENT_CONTRACT (tests/conftest.py). The
 #: portable store runs the rest of the contract in a classic session (PORTABLE there).
 #: On another Spark line (the compatibility tier, tests/compat.py) the same, but none
-#: marked ``main_line_only`` (the catalog, the demo and the command line: the
-#: client's verbs are what differs by line).
+#: marked ``main_line_only`` (tests/conftest.py leaves those out: the catalog, the
+#: demo and the command line; the client's verbs are what differs by line).
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The contract's client-side tests only (CLIENT_CONTRACT); on another Spark line
-    (the compatibility tier) none marked ``main_line_only``."""
-    compat = bool(os.environ.get(COMPAT))
+    """The contract's client-side tests only (CLIENT_CONTRACT)."""
 
     def dropped_here(item: pytest.Item) -> bool:
         spec = getattr(item, "callspec", None)
         params = spec.params if spec is not None else {}
         name = getattr(item, "originalname", item.name)
-        if compat and item.get_closest_marker("main_line_only") is not None:
-            return True
         return "tube" in params and name not in CLIENT_CONTRACT
     dropped = [item for item in items if dropped_here(item)]
     if dropped:

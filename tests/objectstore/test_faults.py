@@ -88,12 +88,8 @@ def test_two_applications_drain_one_tube_through_s3_faults_and_an_outage(
         for reader in readers:
             reader.join()
         back.cancel()
-        for who, app in apps.items():
-            assert app.returncode == 0, "".join(lines[who])[-4000:]
         injected = dict(proxy.injected)
-    seen = {who: json.loads((tmp_path / f"{who}.json").read_text()) for who in apps}
-    assert [seen[w]["engine"] for w in ("a", "b")] == ["accelerated", "portable"]
-    raised = check_seen(seen, injected)
+    raised = finished(apps, lines, tmp_path, {"a": "accelerated", "b": "portable"}, injected)
     record_property("summary", f"faults injected {injected}; verbs raised {dict(raised)}")
 
 
@@ -119,12 +115,21 @@ def test_a_spark_connect_client_drains_through_s3_faults_and_an_outage(
             back.cancel()
         finally:
             server.stop()
-        assert app.returncode == 0, "".join(lines)[-4000:]
         injected = dict(proxy.injected)
-    seen = {"c": json.loads((tmp_path / "c.json").read_text())}
-    assert seen["c"]["engine"] == "portable"
-    raised = check_seen(seen, injected)
+    raised = finished({"c": app}, {"c": lines}, tmp_path, {"c": "portable"}, injected)
     record_property("summary", f"faults injected {injected}; verbs raised {dict(raised)}")
+
+
+def finished(apps: dict[str, subprocess.Popen[str]], lines: dict[str, list[str]],
+             out: Path, engines: dict[str, str],
+             injected: dict[str, int]) -> collections.Counter[str]:
+    """The applications ended well on the ``engines`` asked for, and what they saw
+    (written to ``out``) passes :func:`check_seen`: what the verbs raised."""
+    for who, app in apps.items():
+        assert app.returncode == 0, "".join(lines[who])[-4000:]
+    seen = {who: json.loads((out / f"{who}.json").read_text()) for who in apps}
+    assert {who: s["engine"] for who, s in seen.items()} == engines
+    return check_seen(seen, injected)
 
 
 def check_seen(seen: dict[str, dict[str, Any]],

@@ -165,3 +165,45 @@ def test_a_storage_failure_reading_or_writing_the_registry_is_a_storage_error(
         sq.create_tube("new", "fifo")
     monkeypatch.undo()
     assert sorted(sq.tubes()) == ["kept"]
+
+
+def test_a_consumer_records_a_storage_failure_and_goes_on(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A Consumer whose take meets a failure of the storage records it in
+    ``last_error`` and takes again: a short S3 fault does not end a worker."""
+    t = sq.create_tube("c", "fifottl")
+    t.put([{"n": i} for i in range(5)])
+    failures = [unreachable]  # the next look at a table's log fails, once
+    for name in ("latest_version", "latest_versions"):
+        real = getattr(store.Layout, name)
+
+        def flaky(self: store.Layout, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+            if failures:
+                failures.pop()()
+            return _real(self, *args, **kwargs)
+        monkeypatch.setattr(store.Layout, name, flaky)
+    seen: list[int] = []
+
+    def handle(batch: Any) -> None:
+        seen.extend(int(r["task_id"]) for r in batch.collect())
+        if len(seen) == 5:
+            consumer.stop()
+
+    consumer = sparkqueue.Consumer(t, handle, batch_size=5, take_timeout=0)
+    progress = consumer.run()
+    assert not failures  # the fault happened
+    assert "StorageError" in str(progress.last_error)
+    assert "Connection refused" in str(progress.last_error)
+    assert sorted(seen) == list(range(5)) and progress.done == 5
+    assert t.statistics()["tasks"]["total"] == 0
+
+
+def test_connect_raises_a_storage_failure_opening_the_root_as_a_storage_error(
+        spark: SparkSession, root: str, clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """``connect`` creates the root's registry where there is none: a failure of the
+    storage there is a StorageError naming the root."""
+    monkeypatch.setattr(store.Layout, "create_registry", unreachable)
+    with pytest.raises(StorageError) as err:
+        sparkqueue.connect(spark, f"{root}/elsewhere", owner="a", clock=clock)
+    assert err.value.path == f"{root}/elsewhere" and "Connection refused" in err.value.problem
