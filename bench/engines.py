@@ -46,6 +46,7 @@ import sparkqueue
 from bench import REPO
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.server import ConnectServer
+from sparkqueue.store.schema import TASK_FILE_ROWS
 
 ENGINES = ("accelerated", "portable")
 
@@ -129,14 +130,16 @@ def plain_update_delete(spark: SparkSession, path: str, rows: DataFrame,
     """The baseline of take(1) + ack(1): a plain Delta table of ``rows`` (their ``n`` as
     the id) written at ``path``, then the median seconds of one SQL UPDATE of one
     row by its id and one DELETE of it, each a Delta commit: what a take and an
-    ack written as the plainest public SQL cost, without choosing the row."""
+    ack written as the plainest public SQL cost, without choosing the row. The
+    table's files hold as many rows as a tube's tasks table's do."""
     (rows.select(F.col("n").alias("task_id"), "url", F.lit("ready").alias("status"),
                  F.lit(None).cast("string").alias("owner"))
-     .write.format("delta").save(path))
+     .write.format("delta").option("maxRecordsPerFile", TASK_FILE_ROWS).save(path))
+    n = rows.count()
     ids = iter(range(7, 1 << 62, 1009))
 
     def update_delete() -> None:
-        i = next(ids)
+        i = next(ids) % n
         spark.sql(f"UPDATE delta.`{path}` SET status = 'taken', owner = 'bench' "
                   f"WHERE task_id = {i} AND status = 'ready'").collect()
         spark.sql(f"DELETE FROM delta.`{path}` WHERE task_id = {i} AND owner = 'bench'").collect()

@@ -115,10 +115,14 @@ class SchemaMismatch(QueueError, ValueError):
 
 class StorageError(QueueError):
     """A tube's storage is missing, damaged or not writable: sparkqueue refuses to
-    go on (and never recreates a table a tube had), naming the path and the problem."""
+    go on (and never recreates a table a tube had), naming the path and the problem.
+    ``transient``: the storage itself failed (an S3 error, a lost connection, its
+    retries given up), which may pass; not a table missing or damaged."""
 
-    def __init__(self, path: str, problem: str, tube: str | None = None) -> None:
+    def __init__(self, path: str, problem: str, tube: str | None = None, *,
+                 transient: bool = False) -> None:
         self.path, self.problem, self.tube = path, problem, tube
+        self.transient = transient
         what = f"tube {tube!r}: " if tube is not None else ""
         super().__init__(f"{what}{path}: {problem}")
 

@@ -33,6 +33,10 @@ __all__ = ["Consumer", "Progress"]
 #: with ``task_id``); raising fails the whole batch.
 Handler = Callable[[DataFrame], "None | DataFrame | Iterable[int]"]
 
+#: The longest pause, in seconds, before a take after failures of the storage in a
+#: row (the first waits twice the poll interval, each next one twice as long)
+MAX_PAUSE = 30.0
+
 
 @dataclass
 class Progress:
@@ -77,11 +81,13 @@ class Consumer:
         Seconds each take waits for tasks. A take that kept conflicting with
         other consumers' commits for the tube's conflict timeout (``Timeout``)
         is recorded in ``Progress.last_error`` and tried again: it took
-        nothing, and the tube is not idle. A failure of the storage
-        (``StorageError``: an S3 error, a lost connection) is recorded there
-        too, and the take tried again after ``take_timeout`` seconds; that
-        time counts as idle. Tasks a failed call had leased come back when
-        their leases end.
+        nothing, and the tube is not idle. A failure of the storage taking
+        or reading a batch (a ``StorageError`` that is ``transient``: an S3
+        error, a lost connection) is recorded there too, and the take tried
+        again after a pause that doubles while they go on (at most
+        :data:`MAX_PAUSE` seconds); not idle either. Tasks a failed call had
+        leased come back when their leases end. Any other ``StorageError``
+        (a table missing or damaged) ends the loop.
     idle_timeout
         Stop after this many seconds without a task (0: at the first empty
         take; None: never).
@@ -138,16 +144,22 @@ class Consumer:
         previous = self._trap_signals()
         try:
             idle_since = time.monotonic()
+            faults = 0  # storage failures in a row
             while not self._stop.is_set():
                 try:
                     batch, taken, counts = self._next()
                 except Timeout as e:  # other consumers' commits won every try: not idle
                     self.progress.last_error = f"{type(e).__name__}: {e}"
                     continue
-                except StorageError as e:  # a fault of the storage: it may pass
+                except StorageError as e:  # the storage failing may pass: not idle
+                    if not e.transient:
+                        raise
                     self.progress.last_error = f"{type(e).__name__}: {e}"
-                    self._stop.wait(self.take_timeout)
-                    taken = []
+                    faults += 1
+                    self._pause(min(MAX_PAUSE, self.tube.context.config.poll_interval
+                                    * 2 ** min(faults, 10)))
+                    continue
+                faults = 0
                 if not taken:
                     if (self.idle_timeout is not None
                             and time.monotonic() - idle_since >= self.idle_timeout):
@@ -219,13 +231,20 @@ class Consumer:
             self.progress.last_error = f"{type(e).__name__}: {e}"
             failed = set(taken)
         ok = sorted(set(taken) - failed)
-        attempts = (_taken_counts(batch) if failed and counts is None else counts) or {}
+        self._acks = ok  # acked by the next take's commit (or when the loop ends)
+        self.progress.batches += 1
+        try:
+            attempts = (self.tube.context.guarded(lambda: _taken_counts(batch))
+                        if failed and counts is None else counts) or {}
+        except StorageError as e:  # the failed tasks come back when their leases end
+            if not e.transient:
+                raise
+            self.progress.last_error = f"{type(e).__name__}: {e}"
+            return
         bury = sorted(i for i in failed if attempts[i] >= self.max_attempts)
         retry: dict[int, list[int]] = {}
         for i in sorted(failed - set(bury)):
             retry.setdefault(attempts[i], []).append(i)
-        self.progress.batches += 1
-        self._acks = ok  # acked by the next take's commit (or when the loop ends)
         self.progress.buried += self._apply(self.tube.bury, bury)
         for tries, ids in retry.items():
             delay = (min(self.max_retry_delay, self.retry_delay * 2 ** (tries - 1))
@@ -244,6 +263,13 @@ class Consumer:
             self.progress.last_error = f"{type(e).__name__}: {e}"
             return 0
         return len(ids)
+
+    def _pause(self, seconds: float) -> None:
+        """Wait ``seconds``, or until stopped: short sleeps, not ``Event.wait``, whose lock
+        a signal handler's ``stop()`` would take again."""
+        end = time.monotonic() + seconds
+        while not self._stop.is_set() and (left := end - time.monotonic()) > 0:
+            time.sleep(min(left, 0.1))
 
     def _trap_signals(self) -> dict[int, Any]:
         if threading.current_thread() is not threading.main_thread():

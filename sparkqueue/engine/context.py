@@ -122,7 +122,8 @@ class TubeContext:
             try:
                 return fn()
             except Exception as e:
-                if isinstance(e, StorageError) or (
+                # a StorageError that names a tube was explained by a guard within
+                if (isinstance(e, StorageError) and e.tube is None and not e.transient) or (
                         not isinstance(e, QueueError) and st.is_missing_table(e)):
                     raise self._missing_table(where, e) from e
                 raise
@@ -134,6 +135,8 @@ class TubeContext:
         try:
             known = self.registered()
         except Exception as again:  # noqa: BLE001 (the registry is unreachable too)
+            if isinstance(again, StorageError) and again.transient:  # the storage failing
+                return StorageError(again.path, again.problem, self.name, transient=True)
             return st.storage_error(where, again, self.name) or StorageError(
                 where, "a table of the tube is missing, and the registry cannot be read: "
                 f"{st.first_line(again)}", self.name)

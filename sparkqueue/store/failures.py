@@ -119,7 +119,8 @@ def storage_error(where: str, e: BaseException, tube: str | None = None,
     """The :class:`StorageError` naming ``where`` (and ``tube``) for ``e`` when it is
     a failure of the storage (:func:`storage_failure`); None for any other error."""
     failed = storage_failure(e)
-    return None if failed is None else StorageError(where, f"the storage failed: {failed}", tube)
+    return None if failed is None else StorageError(where, f"the storage failed: {failed}", tube,
+                                                    transient=True)
 
 
 def storage_guarded(where: str, fn: Callable[[], R], tube: str | None = None,
@@ -166,5 +167,5 @@ def missing_table_error(tube: str, where: str, e: BaseException,
     if tube not in known:
         return TubeNotFound(tube, known)
     if isinstance(e, StorageError):
-        return StorageError(e.path, e.problem, tube)
+        return StorageError(e.path, e.problem, tube, transient=e.transient)
     return StorageError(where, f"a table of the tube is missing: {first_line(e)}", tube)

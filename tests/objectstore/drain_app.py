@@ -81,15 +81,20 @@ class Drain:
     def read(self, what: str, fn: Callable[[], R]) -> R | None:
         """``fn()``: an action on a DataFrame a verb returned, which reads the tube's
         files when it runs, outside the verb. A storage failure then is Spark's own
-        error, not a verb's: it is counted as ``what:read`` (None returned)."""
+        error, not a verb's: it is counted as ``what:read`` (None returned), or as
+        ``what:read-unrecognised`` where its message does not show the storage's
+        cause; an error that is not Spark's is kept as untyped."""
         try:
             return fn()
         except Exception as e:  # noqa: BLE001 (Spark's own error: counted, or kept)
-            if storage_failure(e) is None and READ_FAILED not in str(e):
+            if type(e).__module__.split(".")[0] not in ("pyspark", "py4j"):
                 self.untyped.append(f"{what}:read: {type(e).__name__}: {str(e)[:300]}")
-            else:
-                self.errors[f"{what}:read"] += 1
-                self.messages.setdefault(f"{what}:read", str(e)[:500])
+                return None
+            # a Spark Connect client's message may not hold the storage's cause
+            kind = ("read" if storage_failure(e) is not None or READ_FAILED in str(e)
+                    else "read-unrecognised")
+            self.errors[f"{what}:{kind}"] += 1
+            self.messages.setdefault(f"{what}:{kind}", str(e)[:500])
             return None
 
     def until_done(self, verb: str, fn: Callable[[], R]) -> R:

@@ -148,7 +148,9 @@ def check_seen(seen: dict[str, dict[str, Any]],
         "create_tube",
         "touch", "release", "bury", "kick", "peek", "delete", "sweep")} | {
         "ack:TaskNotFound",  # an ack tried again after its answer was lost
-        "take:read", "tasks_by_state:read"}  # Spark's error reading a returned DataFrame
+        # Spark's error reading a returned DataFrame (its cause shown in it, or not)
+        *(f"{verb}:{kind}" for verb in ("take", "tasks_by_state")
+          for kind in ("read", "read-unrecognised"))}
     assert raised, "the outage reached the callers as errors"
     check_tasks(seen)
     return raised

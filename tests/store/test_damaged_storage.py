@@ -174,11 +174,14 @@ def test_a_consumer_records_a_storage_failure_and_goes_on(
     t = sq.create_tube("c", "fifottl")
     t.put([{"n": i} for i in range(5)])
     failures = [unreachable]  # the next look at a table's log fails, once
+    failed_at: list[str] = []
     for name in ("latest_version", "latest_versions"):
         real = getattr(store.Layout, name)
 
-        def flaky(self: store.Layout, *args: Any, _real: Any = real, **kwargs: Any) -> Any:
+        def flaky(self: store.Layout, *args: Any, _real: Any = real, _name: str = name,
+                  **kwargs: Any) -> Any:
             if failures:
+                failed_at.append(_name)
                 failures.pop()()
             return _real(self, *args, **kwargs)
         monkeypatch.setattr(store.Layout, name, flaky)
@@ -189,9 +192,9 @@ def test_a_consumer_records_a_storage_failure_and_goes_on(
         if len(seen) == 5:
             consumer.stop()
 
-    consumer = sparkqueue.Consumer(t, handle, batch_size=5, take_timeout=0)
+    consumer = sparkqueue.Consumer(t, handle, batch_size=5, take_timeout=0, idle_timeout=30)
     progress = consumer.run()
-    assert not failures  # the fault happened
+    assert failed_at == ["latest_versions"]  # the take's first look at the logs
     assert "StorageError" in str(progress.last_error)
     assert "Connection refused" in str(progress.last_error)
     assert sorted(seen) == list(range(5)) and progress.done == 5
@@ -207,3 +210,12 @@ def test_connect_raises_a_storage_failure_opening_the_root_as_a_storage_error(
     with pytest.raises(StorageError) as err:
         sparkqueue.connect(spark, f"{root}/elsewhere", owner="a", clock=clock)
     assert err.value.path == f"{root}/elsewhere" and "Connection refused" in err.value.problem
+
+
+def test_a_consumer_ends_on_a_missing_table(sq: Queue) -> None:
+    """A table missing is no failure to wait out: the Consumer's run raises it."""
+    t = with_tasks(sq, "gone")
+    shutil.rmtree(local(t.context.layout.tasks("gone")))
+    with pytest.raises(StorageError, match="missing") as err:
+        sparkqueue.Consumer(t, lambda batch: None, take_timeout=0, idle_timeout=30).run()
+    assert not err.value.transient

@@ -45,6 +45,8 @@ def test_a_storage_failure_becomes_one_storage_error_naming_where() -> None:
     assert isinstance(error, StorageError)
     assert (error.path, error.tube) == ("s3a://queues/q/_registry", "jobs")
     assert error.problem.startswith("the storage failed: org.apache.hadoop.fs.s3a.")
+    assert error.transient  # the storage failing, which may pass; a missing table is not
+    assert not StorageError("s3a://queues/q/t/tasks", "the Delta table is missing").transient
     already = StorageError("s3a://queues/q", error.problem)
     assert storage_error("s3a://queues/q", already) is None  # typed once, never wrapped again
     assert storage_error("s3a://queues/q", ValueError("bad literal")) is None
