@@ -400,8 +400,9 @@ class Queue:
             try:
                 taken += ctx.guarded(lambda c=ctx: live_tasks(  # type: ignore[misc]
                     c, c.now()).where("eff = 'taken'").count())
-            except StorageError:
-                pass
+            except StorageError as e:  # its tables missing: dropped without the check
+                if e.transient:  # the storage failing: the check could not be made
+                    raise
         if taken:
             raise InvalidState(f"tube {tube.name!r} has {taken} taken task(s); "
                                "ack or release them before drop()")

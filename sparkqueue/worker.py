@@ -36,6 +36,9 @@ Handler = Callable[[DataFrame], "None | DataFrame | Iterable[int]"]
 #: The longest pause, in seconds, before a take after failures of the storage in a
 #: row (the first waits twice the poll interval, each next one twice as long)
 MAX_PAUSE = 30.0
+#: The pause's base when the poll interval is shorter (a poll interval of 0 must not
+#: make a consumer hammer a failing storage)
+MIN_PAUSE = 0.25
 
 
 @dataclass
@@ -150,14 +153,16 @@ class Consumer:
                     batch, taken, counts = self._next()
                 except Timeout as e:  # other consumers' commits won every try: not idle
                     self.progress.last_error = f"{type(e).__name__}: {e}"
+                    idle_since = time.monotonic()
                     continue
                 except StorageError as e:  # the storage failing may pass: not idle
                     if not e.transient:
                         raise
                     self.progress.last_error = f"{type(e).__name__}: {e}"
                     faults += 1
-                    self._pause(min(MAX_PAUSE, self.tube.context.config.poll_interval
-                                    * 2 ** min(faults, 10)))
+                    self._pause(min(MAX_PAUSE, max(self.tube.context.config.poll_interval,
+                                                   MIN_PAUSE) * 2 ** min(faults, 10)))
+                    idle_since = time.monotonic()
                     continue
                 faults = 0
                 if not taken:
@@ -208,15 +213,16 @@ class Consumer:
         window = int(home.default("window") or 1)
         if acks:
             try:
-                batch = take_once(home, self.batch_size, who, window, acks, self.take_timeout)
+                batch = home.guarded(lambda: take_once(home, self.batch_size, who, window,
+                                                       acks, self.take_timeout))
             except QueueError:
                 self.progress.done += self._apply(tube.ack, acks)
             else:
                 self.progress.done += len(acks)
                 if batch is not None:
                     return batch
-        batch, self._shard = shards.take_any(contexts, self._shard, self.batch_size,
-                                             self.take_timeout, who, window)
+        batch, self._shard = home.guarded(lambda: shards.take_any(
+            contexts, self._shard, self.batch_size, self.take_timeout, who, window))
         return batch
 
     def _settle(self, batch: DataFrame, taken: list[int], counts: dict[int, int] | None,

@@ -22,7 +22,7 @@ from typing import Any
 from pyspark.sql import DataFrame
 
 from .. import store as st
-from ..errors import QueueError
+from ..errors import Timeout
 from ..store import CommitTag
 from .context import TubeContext
 from .fresh import acked_result
@@ -82,7 +82,7 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
 
     try:
         version = ctx.retrying(attempt, what=f"{op.name} on {ctx.name!r}")
-    except QueueError:
+    except Timeout:  # lost to concurrent commits: the MERGE's turn
         return None
     if version is None:
         return None

@@ -10,7 +10,7 @@ from pyspark.sql import Column, DataFrame
 
 from .. import store as st
 from .. import validate
-from ..errors import QueueError
+from ..errors import Timeout
 from . import plan
 from .context import TubeContext
 from .ingest import empty
@@ -74,7 +74,7 @@ def ack_one(ctx: TubeContext, task: int, who: str) -> DataFrame | None:
 
     try:
         version = ctx.retrying(attempt, what=f"ack on {ctx.name!r}")
-    except QueueError:
+    except Timeout:  # lost to concurrent commits: the MERGE's turn
         return None
     if version is None:
         return None

@@ -114,13 +114,23 @@ def storage_failure(e: BaseException) -> str | None:
     return found[-1].strip()[:300] if found else None
 
 
+#: What the storage says when waiting will not help: access refused, a bucket that
+#: is not there, a file that is not the Parquet file the log names.
+LASTING = ("AccessDenied", "Access Denied", "Status Code: 403", "Forbidden", "NoSuchBucket",
+           "Permission denied", "is not a Parquet file")
+
+
 def storage_error(where: str, e: BaseException, tube: str | None = None,
                   ) -> StorageError | None:
     """The :class:`StorageError` naming ``where`` (and ``tube``) for ``e`` when it is
-    a failure of the storage (:func:`storage_failure`); None for any other error."""
+    a failure of the storage (:func:`storage_failure`); None for any other error.
+    It is ``transient`` unless the storage's words say waiting will not help
+    (:data:`LASTING`)."""
     failed = storage_failure(e)
-    return None if failed is None else StorageError(where, f"the storage failed: {failed}", tube,
-                                                    transient=True)
+    if failed is None:
+        return None
+    lasting = any(m in str(e) for m in LASTING)
+    return StorageError(where, f"the storage failed: {failed}", tube, transient=not lasting)
 
 
 def storage_guarded(where: str, fn: Callable[[], R], tube: str | None = None,

@@ -53,8 +53,9 @@ READ_FAILED = "FAILED_READ_FILE"
 class Drain:
     """One application's verbs on the tube, and what it saw of them."""
 
-    def __init__(self, who: str, deadline: float) -> None:
+    def __init__(self, who: str, deadline: float, remote: bool = False) -> None:
         self.who, self.deadline = who, deadline
+        self.remote = remote  # a Spark Connect client
         self.tube: sparkqueue.Tube  # the tube drained, once the application found it
         self.errors: Counter[str] = Counter()
         self.messages: dict[str, str] = {}  # the first message of each kind of error
@@ -82,17 +83,17 @@ class Drain:
         """``fn()``: an action on a DataFrame a verb returned, which reads the tube's
         files when it runs, outside the verb. A storage failure then is Spark's own
         error, not a verb's: it is counted as ``what:read`` (None returned), or as
-        ``what:read-unrecognised`` where its message does not show the storage's
-        cause; an error that is not Spark's is kept as untyped."""
+        ``what:read-unrecognised`` where a Spark Connect client's message does
+        not show the storage's cause; any other error is kept as untyped."""
         try:
             return fn()
         except Exception as e:  # noqa: BLE001 (Spark's own error: counted, or kept)
-            if type(e).__module__.split(".")[0] not in ("pyspark", "py4j"):
+            shown = storage_failure(e) is not None or READ_FAILED in str(e)
+            # a Spark Connect client's message may not hold the storage's cause
+            if not shown and not (self.remote and type(e).__module__.startswith("pyspark")):
                 self.untyped.append(f"{what}:read: {type(e).__name__}: {str(e)[:300]}")
                 return None
-            # a Spark Connect client's message may not hold the storage's cause
-            kind = ("read" if storage_failure(e) is not None or READ_FAILED in str(e)
-                    else "read-unrecognised")
+            kind = "read" if shown else "read-unrecognised"
             self.errors[f"{what}:{kind}"] += 1
             self.messages.setdefault(f"{what}:{kind}", str(e)[:500])
             return None
@@ -195,7 +196,7 @@ def main(argv: list[str]) -> int:
             sparkqueue.session(master="local[1]", conf={**SMALL, **FEW_RETRIES}, root=root)
         spark = None
     started = time.monotonic()
-    drain = Drain(who, started + 600)
+    drain = Drain(who, started + 600, remote=spark is not None)
     sq: sparkqueue.Queue | None = None
     try:  # the Queue and the tube through the faults too: each call tried until it works
         sq = drain.until_done("connect", lambda: sparkqueue.connect(

@@ -4,6 +4,7 @@ ever recreates a table that a registered tube had (its tasks would vanish silent
 from __future__ import annotations
 
 import shutil
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -216,6 +217,12 @@ def test_a_consumer_ends_on_a_missing_table(sq: Queue) -> None:
     """A table missing is no failure to wait out: the Consumer's run raises it."""
     t = with_tasks(sq, "gone")
     shutil.rmtree(local(t.context.layout.tasks("gone")))
-    with pytest.raises(StorageError, match="missing") as err:
-        sparkqueue.Consumer(t, lambda batch: None, take_timeout=0, idle_timeout=30).run()
+    consumer = sparkqueue.Consumer(t, lambda batch: None, take_timeout=0, idle_timeout=30)
+    net = threading.Timer(120, consumer.stop)  # were it waited out: the run ends, and fails
+    net.start()
+    try:
+        with pytest.raises(StorageError, match="missing") as err:
+            consumer.run()
+    finally:
+        net.cancel()
     assert not err.value.transient

@@ -46,6 +46,11 @@ def test_a_storage_failure_becomes_one_storage_error_naming_where() -> None:
     assert (error.path, error.tube) == ("s3a://queues/q/_registry", "jobs")
     assert error.problem.startswith("the storage failed: org.apache.hadoop.fs.s3a.")
     assert error.transient  # the storage failing, which may pass; a missing table is not
+    refused = storage_error("s3a://queues/q", RuntimeError(
+        "java.nio.file.AccessDeniedException: s3a://queues/q: "
+        "software.amazon.awssdk.services.s3.model.S3Exception: Access Denied "
+        "(Service: S3, Status Code: 403)"))
+    assert refused is not None and not refused.transient  # waiting will not help
     assert not StorageError("s3a://queues/q/t/tasks", "the Delta table is missing").transient
     already = StorageError("s3a://queues/q", error.problem)
     assert storage_error("s3a://queues/q", already) is None  # typed once, never wrapped again
