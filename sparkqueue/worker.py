@@ -152,13 +152,11 @@ class Consumer:
                 try:
                     batch, taken, counts = self._next()
                 except Timeout as e:  # other consumers' commits won every try: not idle
-                    self.progress.last_error = f"{type(e).__name__}: {e}"
+                    self._record(e)
                     idle_since = time.monotonic()
                     continue
                 except StorageError as e:  # the storage failing may pass: not idle
-                    if not e.transient:
-                        raise
-                    self.progress.last_error = f"{type(e).__name__}: {e}"
+                    self._record(e, transient_only=True)
                     faults += 1
                     self._pause(min(MAX_PAUSE, max(self.tube.context.config.poll_interval,
                                                    MIN_PAUSE) * 2 ** min(faults, 10)))
@@ -234,7 +232,7 @@ class Consumer:
             outcome = self.handler(batch)
             failed = _ids(outcome) & set(taken)
         except Exception as e:  # noqa: BLE001 - the handler's failure fails its batch
-            self.progress.last_error = f"{type(e).__name__}: {e}"
+            self._record(e)
             failed = set(taken)
         ok = sorted(set(taken) - failed)
         self._acks = ok  # acked by the next take's commit (or when the loop ends)
@@ -243,9 +241,7 @@ class Consumer:
             attempts = (self.tube.context.guarded(lambda: _taken_counts(batch))
                         if failed and counts is None else counts) or {}
         except StorageError as e:  # the failed tasks come back when their leases end
-            if not e.transient:
-                raise
-            self.progress.last_error = f"{type(e).__name__}: {e}"
+            self._record(e, transient_only=True)
             return
         bury = sorted(i for i in failed if attempts[i] >= self.max_attempts)
         retry: dict[int, list[int]] = {}
@@ -266,9 +262,17 @@ class Consumer:
         try:
             verb(ids, owner=self.owner, **{k: v for k, v in opts.items() if v is not None})
         except QueueError as e:
-            self.progress.last_error = f"{type(e).__name__}: {e}"
+            self._record(e)
             return 0
         return len(ids)
+
+    def _record(self, e: Exception, transient_only: bool = False) -> None:
+        """Record ``e`` in ``Progress.last_error``, the loop going on; with
+        ``transient_only``, a :class:`StorageError` that is not transient (a table
+        missing or damaged) is raised instead: nothing to wait out."""
+        if transient_only and isinstance(e, StorageError) and not e.transient:
+            raise e
+        self.progress.last_error = f"{type(e).__name__}: {e}"
 
     def _pause(self, seconds: float) -> None:
         """Wait ``seconds``, or until stopped: short sleeps, not ``Event.wait``, whose lock

@@ -112,11 +112,17 @@ class Drain:
         got = self.call("put", lambda: self.tube.put(rows))
         (self.uncertain if isinstance(got, QueueError) else self.put).append(batch)
 
+    def take_rows(self, tube: sparkqueue.Tube, n: int, wait: float = 0.0) -> list[Any] | None:
+        """The rows of one take of ``n`` from ``tube`` (waiting up to ``wait`` seconds);
+        None when the take raised or its rows could not be read (it may then have
+        leased tasks to this owner unseen)."""
+        batch = self.call("take", lambda: tube.take(n, timeout=wait))
+        return None if isinstance(batch, QueueError) else self.read("take", batch.collect)
+
     def take_and_ack(self, n: int, wait: float = 0.0) -> int:
         """One take (waiting up to ``wait`` seconds for a task) and the ack of what it
         gave: how many it gave (-1: it raised, or its rows could not be read)."""
-        batch = self.call("take", lambda: self.tube.take(n, timeout=wait))
-        got = None if isinstance(batch, QueueError) else self.read("take", batch.collect)
+        got = self.take_rows(self.tube, n, wait)
         if got is None:  # leased to this owner unseen, maybe: see drain()
             return -1
         ids = [int(r["task_id"]) for r in got]
@@ -155,8 +161,7 @@ class Drain:
         unseen come back by ``release_all``; a put that did not land is made again
         (what this tube holds is not checked)."""
         while time.monotonic() < self.deadline:
-            batch = self.call("take", lambda: tube.take(4))
-            got = None if isinstance(batch, QueueError) else self.read("take", batch.collect)
+            got = self.take_rows(tube, 4)
             if got:
                 return [int(r["task_id"]) for r in got]
             self.call("release_all", tube.release_all)
