@@ -14,13 +14,20 @@ In one run, on tubes of --rows tasks (fifottl, ingested first):
   of their own (the same for every engine): what a session that has run a
   while drains, where a new worker's drain, JVM start and warm-up included,
   is the e2e section's;
+- put to takeable: a put of every row into a new tube, then its first take(1),
+  less the next take(1), against a plain Delta write of the same rows
+  (:func:`put_to_takeable`);
+- take(1,000) with window 1 on a utubettl tube of 1,000 sub-queues of 100 tasks
+  (:func:`sub_queue_take`);
 
 for the accelerated engine and the portable one on the benchmark's classic
 session, and for the portable one as a Spark Connect client: a local Spark
 Connect server with Delta (:class:`sparkqueue.server.ConnectServer`) and a
 client process of its own (pyspark runs one kind of session per process),
 which runs this file with ``SPARK_REMOTE`` set. Ratios are each engine's time
-over the accelerated engine's.
+over the accelerated engine's. The client also runs take(1,000), take(1) +
+ack(1) and the Consumer's drain on a catalog root (``spark_catalog.<schema>``),
+each against the same figure on a path root (:func:`catalog_figures`).
 
     python -m bench.engines --rows 1000000 --json out.json   # as a client: SPARK_REMOTE=...
 """
@@ -146,15 +153,60 @@ def plain_update_delete(spark: SparkSession, path: str, rows: DataFrame,
     return medians(repeat, update_delete)
 
 
+def verb_figures(sq: sparkqueue.Queue, rows: DataFrame, prefix: str,
+                 repeat: int) -> dict[str, float]:
+    """take(1,000) and take(1) + ack(1) on a tube of ``rows``, ingested first."""
+    tube = ingested(sq, f"{prefix}take", "fifottl", rows)
+    return {f"{prefix}take_1000_s": medians(repeat, lambda: tube.take(1000), tube.release_all),
+            f"{prefix}take_ack_1_s": medians(repeat, lambda: tube.ack(tube.take(1)))}
+
+
+def consumer_drain(sq: sparkqueue.Queue, rows: DataFrame, prefix: str,
+                   batch: int) -> dict[str, float]:
+    """A Consumer's drain of a tube of ``rows``, ingested first."""
+    drained = ingested(sq, f"{prefix}drain", "fifottl", rows)
+    start = time.perf_counter()
+    done = consume_all(drained, batch)
+    took = time.perf_counter() - start
+    return {f"{prefix}drain_s": took, f"{prefix}drain_tasks": done,
+            f"{prefix}drain_tasks_per_s": done / took}
+
+
+def put_to_takeable(sq: sparkqueue.Queue, rows: DataFrame, prefix: str,
+                    repeat: int) -> dict[str, float]:
+    """Put of ``rows`` into a new tube, then its first take(1), less the next take(1):
+    what a put costs until its tasks can be taken. Its baseline: a plain Delta
+    write of the same rows into a new table, the median of --repeat after a
+    warm-up write (the same session has written such tables before)."""
+    tube = sq.create_tube(f"{prefix}fresh", "fifottl")
+    put = timed(lambda: tube.put(rows))
+    first = timed(lambda: tube.take(1))
+    second = timed(lambda: tube.take(1))
+    paths = iter(range(repeat + 1))
+    write = medians(repeat, lambda: rows.write.format("delta").save(
+        f"{sq.root}/{prefix}written_{next(paths)}"))
+    return {f"{prefix}put_to_takeable_s": put + first - second,
+            f"{prefix}plain_write_s": write,
+            f"{prefix}put_to_takeable_ratio": (put + first - second) / write}
+
+
+def sub_queue_take(sq: sparkqueue.Queue, prefix: str, repeat: int,
+                   queues: int = 1000, each: int = 100) -> dict[str, float]:
+    """take(``queues``) with window 1 on a utubettl tube of ``queues`` sub-queues of
+    ``each`` tasks, ingested first: one task from the head of every sub-queue."""
+    rows = sq.spark.range(queues * each).select(
+        F.col("id").alias("n"), (F.col("id") % queues).cast("string").alias("q"))
+    tube = ingested(sq, f"{prefix}utube", "utubettl", rows)
+    return {f"{prefix}utube_take_w1_s": medians(
+        repeat, lambda: tube.take(queues, window=1), tube.release_all)}
+
+
 def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
                  repeat: int, warmup: int) -> dict[str, float]:
-    """take(1000), take(1) + ack(1), a drain by take + ack and a Consumer drain on ``sq``'s
-    engine; figures named ``prefix``... ``warmup``: tasks drained on a tube of
-    their own before the timed drains."""
-    figures: dict[str, float] = {}
-    tube = ingested(sq, f"{prefix}take", "fifottl", rows)
-    figures[f"{prefix}take_1000_s"] = medians(repeat, lambda: tube.take(1000), tube.release_all)
-    figures[f"{prefix}take_ack_1_s"] = medians(repeat, lambda: tube.ack(tube.take(1)))
+    """take(1000), take(1) + ack(1), a drain by take + ack, a Consumer drain, put to
+    takeable and a sub-queue take on ``sq``'s engine; figures named ``prefix``...
+    ``warmup``: tasks drained on a tube of their own before the timed drains."""
+    figures = verb_figures(sq, rows, prefix, repeat)
     figures[f"{prefix}plain_update_delete_1_s"] = plain_update_delete(
         sq.spark, f"{sq.root}/{prefix}plain", rows, repeat)
     figures[f"{prefix}take_ack_1_vs_plain_ratio"] = (figures[f"{prefix}take_ack_1_s"]
@@ -167,12 +219,29 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
     done = take_ack_all(looped, batch)
     figures[f"{prefix}loop_drain_s"] = time.perf_counter() - start
     figures[f"{prefix}loop_drain_tasks_per_s"] = done / figures[f"{prefix}loop_drain_s"]
-    drained = ingested(sq, f"{prefix}drain", "fifottl", rows)
-    start = time.perf_counter()
-    done = consume_all(drained, batch)
-    figures[f"{prefix}drain_s"] = time.perf_counter() - start
-    figures[f"{prefix}drain_tasks"] = done
-    figures[f"{prefix}drain_tasks_per_s"] = done / figures[f"{prefix}drain_s"]
+    figures.update(consumer_drain(sq, rows, prefix, batch))
+    figures.update(put_to_takeable(sq, rows, prefix, repeat))
+    figures.update(sub_queue_take(sq, prefix, repeat))
+    return figures
+
+
+def catalog_figures(spark: SparkSession, root: str, rows: DataFrame,
+                    paths: dict[str, float], batch: int, repeat: int) -> dict[str, float]:
+    """take(1,000), take(1) + ack(1) and a Consumer's drain on a catalog root
+    (``spark_catalog.<schema>``: managed tables), each over the same figure on the
+    path ``root`` as a ratio. Run after :func:`bench_engine`, on a warm session: the
+    takes are timed again on the path root right after the catalog root's
+    (``connect_catalog_path_``); the drain's path figure is ``paths``' (after the
+    warm-up drain)."""
+    catalog = sparkqueue.connect(spark, f"spark_catalog.sq_bench_{os.getpid()}", owner="bench")
+    path = sparkqueue.connect(spark, f"{root}/again", owner="bench")
+    figures = verb_figures(catalog, rows, "connect_catalog_", repeat)
+    figures.update(verb_figures(path, rows, "connect_catalog_path_", repeat))
+    figures.update(consumer_drain(catalog, rows, "connect_catalog_", batch))
+    figures["connect_catalog_path_drain_s"] = paths["connect_drain_s"]
+    for figure in ("take_1000", "take_ack_1", "drain"):
+        figures[f"connect_catalog_{figure}_ratio"] = (
+            figures[f"connect_catalog_{figure}_s"] / figures[f"connect_catalog_path_{figure}_s"])
     return figures
 
 
@@ -186,7 +255,7 @@ def bench_engines(spark: SparkSession, root: str, rows: DataFrame, batch: int, r
     if connect:
         figures.update(over_connect(root, rows.count(), batch, repeat, warmup))
     for name in ("portable", "connect"):
-        for figure in ("take_1000", "take_ack_1", "loop_drain", "drain"):
+        for figure in ("take_1000", "take_ack_1", "loop_drain", "drain", "utube_take_w1"):
             if f"{name}_{figure}_s" in figures:
                 figures[f"{name}_{figure}_ratio"] = (figures[f"{name}_{figure}_s"]
                                                      / figures[f"accelerated_{figure}_s"])
@@ -204,6 +273,15 @@ TARGETS = (
      "speed or more"),
     ("connect_take_1000_ratio", 2.0, "take(1,000) at most 2x the accelerated engine's"),
     ("connect_take_ack_1_s", 1.0, "take(1) + ack(1) at most 1.0 s"),
+    ("connect_utube_take_w1_ratio", 1.0, "a utubettl tube's take with window 1 over 1,000 "
+     "sub-queues no slower than the accelerated engine's"),
+    *((f"connect_catalog_{figure}_ratio", 1.1, f"{what} on a catalog root within 10% of a "
+       "path root") for figure, what in (("take_1000", "take(1,000)"),
+                                         ("take_ack_1", "take(1) + ack(1)"),
+                                         ("drain", "a Consumer's drain"))),
+    *((f"{engine}_put_to_takeable_ratio", 1.5, f"{engine}: put of the rows then the first "
+       "take(1), less the next, at most 1.5x a plain Delta write of them")
+      for engine in ("accelerated", "portable", "connect")),
 )
 
 
@@ -211,7 +289,9 @@ def over_connect(root: str, n: int, batch: int, repeat: int,
                  warmup: int) -> dict[str, float]:
     """:func:`bench_engine` in a Spark Connect client process of a local server."""
     out = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-connect-")) / "figures.json"
-    server = ConnectServer(conf={"spark.driver.memory": "6g"}, log=out.parent / "server.log")
+    server = ConnectServer(conf={"spark.driver.memory": "6g",  # the catalog root's tables
+                                 "spark.sql.warehouse.dir": str(out.parent / "warehouse")},
+                           log=out.parent / "server.log")
     with server:
         subprocess.run(
             [sys.executable, "-m", "bench.engines", "--rows", str(n), "--drain-batch", str(batch),
@@ -238,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {"connect_engine": sq.engine}
     figures.update(bench_engine(sq, rows, "connect_", args.drain_batch, args.repeat,
                                 args.drain_warmup))
+    figures.update(catalog_figures(spark, args.root, rows, figures, args.drain_batch,
+                                    args.repeat))
     Path(args.json).write_text(json.dumps({k: v for k, v in figures.items()
                                            if not isinstance(v, str)}))
     spark.stop()
