@@ -31,7 +31,11 @@ a drain by take + ack (ingest included) and a Consumer drain on the
 accelerated engine, the portable one, and the portable one as a Spark
 Connect client of a local server, with their ratios, and reports the
 portable engine's targets (``TARGETS``); each engine's drains follow a
-warm-up drain of --engines-warmup tasks.
+warm-up drain of --engines-warmup tasks. It also times, on each engine, a
+put of the rows then the first take(1) less the next (put to takeable)
+against a plain Delta write of them, and take(1,000) with window 1 over
+1,000 sub-queues; and, as a Spark Connect client, take(1,000), take(1) +
+ack(1) and a Consumer drain on a catalog root against a path root.
 
 The e2e section (bench/e2e.py) measures what a user waits for: drains in
 new processes from the first put call to the last ack (cold, then warm), put to

@@ -27,7 +27,8 @@ client process of its own (pyspark runs one kind of session per process),
 which runs this file with ``SPARK_REMOTE`` set. Ratios are each engine's time
 over the accelerated engine's. The client also runs take(1,000), take(1) +
 ack(1) and the Consumer's drain on a catalog root (``spark_catalog.<schema>``),
-each against the same figure on a path root (:func:`catalog_figures`).
+each against the same figure on a path root timed right after it
+(:func:`catalog_figures`).
 
     python -m bench.engines --rows 1000000 --json out.json   # as a client: SPARK_REMOTE=...
 """
@@ -225,20 +226,19 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
     return figures
 
 
-def catalog_figures(spark: SparkSession, root: str, rows: DataFrame,
-                    paths: dict[str, float], batch: int, repeat: int) -> dict[str, float]:
+def catalog_figures(spark: SparkSession, root: str, rows: DataFrame, batch: int,
+                    repeat: int) -> dict[str, float]:
     """take(1,000), take(1) + ack(1) and a Consumer's drain on a catalog root
-    (``spark_catalog.<schema>``: managed tables), each over the same figure on the
-    path ``root`` as a ratio. Run after :func:`bench_engine`, on a warm session: the
-    takes are timed again on the path root right after the catalog root's
-    (``connect_catalog_path_``); the drain's path figure is ``paths``' (after the
-    warm-up drain)."""
+    (``spark_catalog.<schema>``: managed tables), each over the same figure on a
+    path root under ``root`` (``connect_catalog_path_``) timed right after it, as a
+    ratio: run after :func:`bench_engine`, both on a warm session."""
     catalog = sparkqueue.connect(spark, f"spark_catalog.sq_bench_{os.getpid()}", owner="bench")
     path = sparkqueue.connect(spark, f"{root}/again", owner="bench")
-    figures = verb_figures(catalog, rows, "connect_catalog_", repeat)
-    figures.update(verb_figures(path, rows, "connect_catalog_path_", repeat))
-    figures.update(consumer_drain(catalog, rows, "connect_catalog_", batch))
-    figures["connect_catalog_path_drain_s"] = paths["connect_drain_s"]
+    figures: dict[str, float] = {}
+    for sq, prefix in ((catalog, "connect_catalog_"), (path, "connect_catalog_path_")):
+        figures.update(verb_figures(sq, rows, prefix, repeat))
+    for sq, prefix in ((catalog, "connect_catalog_"), (path, "connect_catalog_path_")):
+        figures.update(consumer_drain(sq, rows, prefix, batch))
     for figure in ("take_1000", "take_ack_1", "drain"):
         figures[f"connect_catalog_{figure}_ratio"] = (
             figures[f"connect_catalog_{figure}_s"] / figures[f"connect_catalog_path_{figure}_s"])
@@ -289,7 +289,8 @@ def over_connect(root: str, n: int, batch: int, repeat: int,
                  warmup: int) -> dict[str, float]:
     """:func:`bench_engine` in a Spark Connect client process of a local server."""
     out = Path(tempfile.mkdtemp(prefix="sparkqueue-bench-connect-")) / "figures.json"
-    server = ConnectServer(conf={"spark.driver.memory": "6g",  # the catalog root's tables
+    server = ConnectServer(conf={"spark.driver.memory": "6g",
+                                 # where the catalog root's managed tables go
                                  "spark.sql.warehouse.dir": str(out.parent / "warehouse")},
                            log=out.parent / "server.log")
     with server:
@@ -318,8 +319,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {"connect_engine": sq.engine}
     figures.update(bench_engine(sq, rows, "connect_", args.drain_batch, args.repeat,
                                 args.drain_warmup))
-    figures.update(catalog_figures(spark, args.root, rows, figures, args.drain_batch,
-                                    args.repeat))
+    figures.update(catalog_figures(spark, args.root, rows, args.drain_batch, args.repeat))
     Path(args.json).write_text(json.dumps({k: v for k, v in figures.items()
                                            if not isinstance(v, str)}))
     spark.stop()
