@@ -16,6 +16,7 @@ from .context import TubeContext
 from .ingest import (
     RunRows,
     advanced,
+    files_end,
     put_order_rows,
     rows_held,
     run_frames,
@@ -98,10 +99,11 @@ def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: i
                now: float) -> FreshPlan:
     """The rows an ingest+take from ``cursor`` writes: every put up to inbox version
     ``upto``; or, where the puts' tags tell that a ``head_only`` driver leases
-    their first rows, those alone, when they are at least half the rows of the
-    put files that hold them (a take reads those whole: a small take of a big
-    put ingests it all, and the next takes take whole task files) and the
-    cursor's partial rows stay in bounds."""
+    their first rows, those alone when they are at least half the rows of the
+    put files that hold them, else those files whole (a take reads them whole:
+    a small take of a big put ingests the files that hold its tasks, and the
+    next takes take whole task files), while the cursor's partial rows stay in
+    bounds. What a take of new puts writes so follows its size, not the puts'."""
     every, next_id = ctx.layout.put_files(ctx.key, cursor, upto)
     start = cursor.first_pending
     puts = within(every, next_id, start, next_id)
@@ -109,9 +111,10 @@ def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: i
     after = st.Cursor(upto, next_id)
     if rows is not None:
         bound = rows[1] + 1
+        if 2 * (bound - start) < rows_held(puts, next_id, start, bound):
+            bound = files_end(puts, next_id, bound)
         part = advanced(cursor, every, next_id, upto, bound)
-        if (part.partial < st.schema.PARTIAL_ROWS
-                and 2 * (bound - start) >= rows_held(puts, next_id, start, bound)):
+        if part.partial < st.schema.PARTIAL_ROWS:
             after = part
     spans = run_frames(ctx, spark, within(puts, next_id, start, after.first_pending), next_id,
                        start, after.first_pending)

@@ -204,6 +204,13 @@ def rows_held(files: list[st.PutFile], next_id: int, start: int, end: int) -> in
                if after > start and f.first_id < end)
 
 
+def files_end(files: list[st.PutFile], next_id: int, end: int) -> int:
+    """The row after the last of the put ``files`` (in id order, ``next_id`` after
+    the last) that hold a row before ``end``: where reading those rows ends."""
+    return max((after for f, after in zip(files, ends(files, next_id), strict=True)
+                if f.first_id < end), default=end)
+
+
 def advanced(cursor: st.Cursor, files: list[st.PutFile], next_id: int, upto: int,
              bound: int) -> st.Cursor:
     """The cursor after an ingest from ``cursor`` of the rows below ``bound`` of the
@@ -315,6 +322,51 @@ def run_frames(ctx: TubeContext, spark: SparkSession, files: list[st.PutFile],
         out.append(RunRows(tasks_of_files(ctx, spark, run, rows=(first, after) if cut else None),
                            ctx.task_id(first), ctx.task_id(after)))
     return out
+
+
+def ingest_for_take(ctx: TubeContext, n: int, files: dict[str, dict[str, Any]] | None,
+                    newest: dict[str, int]) -> bool:
+    """Before a take of ``n`` by a ``head_only`` driver: :func:`ingest` the puts
+    waiting in the inbox, unless the tasks table holds ``n`` ready tasks ahead of
+    all of them (:func:`puts_behind`). True when it ingested. ``newest``: the
+    tasks table's version whose data files' statistics are ``files`` (None where
+    unknown), and the inbox's newest when read just now. ``n`` 0: always ingest.
+
+    So a small take after a big put takes from what an earlier take of new
+    puts ingested (:func:`engine.fresh.fresh_plan` ingests only the put files
+    that hold its tasks) and leaves the rest of the puts where they are,
+    where ingesting them all would make the take's cost the backlog's."""
+    layout = ctx.layout
+    inbox, tasks = layout.inbox(ctx.key), layout.tasks(ctx.key)
+    upto = newest[inbox] if inbox in newest else layout.latest_version(inbox)
+    if upto <= ctx.ingested_upto:
+        return False
+    if n and ctx.driver.head_only and files is not None and puts_behind(
+            ctx, files, newest[tasks], upto, n):
+        return False
+    ingest(ctx, {**newest, inbox: upto})
+    return True
+
+
+def puts_behind(ctx: TubeContext, files: dict[str, dict[str, Any]], version: int, upto: int,
+                n: int) -> bool:
+    """Whether the tasks table at ``version`` (``files``' statistics) holds ``n``
+    tasks ready now that come before every task of the puts not yet ingested
+    up to inbox version ``upto``, in a ``head_only`` driver's order (``pri``,
+    then order key). Their puts' tags tell their priority (none may give it
+    as a Column); their order key is their id, above every one ingested. A
+    task made ready meanwhile in the inbox's puts (none: they are never
+    leased) cannot change that, and a put committed after the take's look
+    is one the take came before."""
+    cursor = ctx.layout.cursor(ctx.key, at=version)
+    every, next_id = ctx.layout.put_files(ctx.key, cursor, upto)
+    puts = within(every, next_id, cursor.first_pending, next_id)
+    if not puts or any(f.tag.get("columns") is None or "pri" in f.tag["columns"]
+                       for f in puts):
+        return False
+    pri = min(tag_values(f.tag)[1] for f in puts)
+    ahead = st.ready_ahead(files.values(), ctx.now(), pri, ctx.task_id(cursor.first_pending))
+    return ahead >= n
 
 
 def ingest(ctx: TubeContext, newest: dict[str, int] | None = None) -> None:

@@ -20,7 +20,7 @@ from ..errors import (
 from ..store import CommitTag, effective_status, sql_num
 from . import records, refusals
 from .context import TubeContext
-from .ingest import ingest
+from .ingest import ingest, ingest_for_take
 from .plan import COLLECT_UPTO
 from .verbs import ACK, KICK, OWNED, RELEASE_ALL, Op
 
@@ -87,7 +87,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
           chooser: Callable[[float], Chosen] | None = None,
           deadline: float | None = None, collect_upto: int = 0,
           acking: list[int] | None = None, newest: dict[str, int] | None = None,
-          ) -> tuple[DataFrame, dict[str, int]] | None:
+          ahead: int = 0) -> tuple[DataFrame, dict[str, int]] | None:
     """:func:`mutate`, also returning the expiries the commit wrote down (ttl, ttr, delay).
 
     ``acking``: ids (sorted, distinct) acked in the same commit, all or
@@ -95,7 +95,9 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     instead of two. The result then holds the ``op`` rows only. ``newest``:
     the inbox's and the tasks table's versions the caller just read, where
     the first attempt's ingest starts (an older one only makes it read on,
-    and a choice from it is checked again by the statement).
+    and a choice from it is checked again by the statement). ``ahead``: a
+    take's ``n``, whose ingest waits while the tasks table holds that many
+    ready tasks ahead of the puts (:func:`ingest.ingest_for_take`).
     """
     who = ctx.who(owner)
     # bad ids fail here, before any Spark job or ingest commit
@@ -108,8 +110,10 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
 
     def attempt() -> tuple[DataFrame, dict[str, int]] | None:
         if op.pending:  # the inbox's newest version and the table's in one look
-            ingest(ctx, read.pop() if read else layout.latest_versions([layout.inbox(ctx.key),
-                                                                        path]))
+            found = read.pop() if read else layout.latest_versions([layout.inbox(ctx.key), path])
+            known = found.get(path)
+            files = layout.files_at(path, known) if ahead and known is not None else None
+            ingest_for_take(ctx, ahead, files, found)
             before = layout.known_version(path)  # its ingest's commit, if it made one
         else:
             before = layout.latest_version(path)

@@ -20,7 +20,7 @@ from ..store import CommitTag, effective_status
 from . import plan, verbs
 from .context import TubeContext
 from .fresh import leased_result, noting_leased, take_fresh
-from .ingest import empty, ingest
+from .ingest import empty, ingest_for_take
 from .leased import on_whole_files
 from .ops import (
     Chosen,
@@ -113,7 +113,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
             return take_files(ctx, take, n, who, acking, deadline, win)
         done = apply(ctx, take, None, owner=who, chooser=chooser, deadline=deadline,
                      collect_upto=n if n <= COLLECT_UPTO else 0, acking=acking,
-                     tag_extra={"plan": strategy.value}, newest=newest)
+                     tag_extra={"plan": strategy.value}, newest=newest, ahead=n)
         return NONE_READY if done is None else done[0]
 
     tried: list[plan.Strategy] = []
@@ -212,8 +212,10 @@ def take_files(ctx: TubeContext, take: Op, n: int, who: str,
     path = layout.tasks(ctx.key)
 
     def attempt() -> DataFrame | NoneReady | None:
-        ingest(ctx)  # a conflict with another's ingest is retried as the commit's is
         txn = layout.store.begin(path, read_all=heads)
+        # a conflict with another's ingest is retried as the commit's is
+        if ingest_for_take(ctx, 0 if heads else n, txn.files, {path: txn.version}):
+            txn = layout.store.begin(path, read_all=heads)
         if txn.keeps_feed:
             return None  # the feed's rows are Delta's to write
         now = ctx.now()
@@ -389,7 +391,8 @@ def file_stats(ctx: TubeContext) -> list[dict[str, Any]] | None:
     before (:meth:`Layout.known_version`), when known without a Spark job
     (:meth:`Layout.files_at`): what a take reads first, to find nothing or its
     whole choice without reading the table. Ingest runs before, so puts not
-    yet ingested are in them."""
+    yet ingested are in them, unless the table holds the take's tasks ahead
+    of them (:func:`ingest.ingest_for_take`)."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
     files = layout.files_at(path, layout.known_version(path))

@@ -87,6 +87,16 @@ def all_ready(f: dict[str, Any], now: float) -> bool:
             and f["min_ttl_end"] > now)
 
 
+def ready_ahead(files: Iterable[dict[str, Any]], now: float, pri: int, key: int) -> int:
+    """How many rows file statistics show ready at ``now`` and ahead of every task of
+    priority ``pri`` or more whose order key is ``key`` or more (a put's tasks
+    not yet ingested: their order key is their id, above every id stored):
+    the rows of the files all ready (:func:`all_ready`) whose greatest ``pri``
+    is below ``pri``, or equal to it with every ``order_key`` below ``key``."""
+    return sum(f["rows"] for f in files if all_ready(f, now) and (
+        f["max_pri"] < pri or (f["max_pri"] == pri and f["max_order_key"] < key)))
+
+
 def head_bound(files: list[Any], now: float, n: int) -> str | None:
     """SQL bounding ``(pri, order_key)`` to where the ``n`` lowest ready tasks must be
     (:func:`head_key`), so that data skipping reads only the files that reach

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import Queue, Tube, store
@@ -189,15 +190,49 @@ def test_a_consumer_of_new_puts_takes_each_batch_with_the_last_ones_acks(sq: Que
     assert stored_ids(t) == []
 
 
-def test_a_small_take_of_a_big_put_ingests_it_all(
-        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Its tasks would be a few rows of the files it reads whole: it ingests every
-    put, and the next takes take whole task files."""
-    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 100)
-    t = primed(sq, "small", "fifottl")
-    t.put([{"n": i} for i in range(10)])
+@pytest.mark.parametrize("engine", ["accelerated", "portable"])
+def test_a_small_take_of_a_big_put_ingests_the_put_files_that_hold_its_tasks(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
+    """Its tasks would be a few rows of the files it reads whole: it ingests those
+    files, the rest of them ready, and leaves the put's other files in the inbox.
+    The next takes take from the tasks table while it holds enough tasks ahead
+    of the puts; then the rest of the put is ingested, each task once."""
+    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 4)
+    sq = sparkqueue.connect(spark, sq.root, owner="consumer-a", clock=sq.clock, engine=engine)
+    t = primed(sq, "small", "fifottl", change_feed=False)
+    t.put(spark.range(10).coalesce(1).selectExpr("id AS n"))  # files of 4, 4 and 2 rows
     before = tasks_version(t)
-    assert ids(t.take(2)) == [1, 2]
+    assert ids(t.take(1)) == [1]
     assert operations(t, before) == [("WRITE", "ingest+take")]
-    assert stored_ids(t) == list(range(1, 11))
+    assert stored_ids(t) == [1, 2, 3, 4], "the first put file, whole"
+    assert t.context.layout.cursor("small").partial == 4
+    assert [r["status"] for r in t.peek([1, 2, 3, 4, 5]).orderBy("task_id").collect()] == [
+        "taken", "ready", "ready", "ready", "ready"]
+    assert ids(t.take(2)) == [2, 3]
+    assert stored_ids(t) == [1, 2, 3, 4], "taken from the tasks table: nothing ingested"
+    assert ids(t.take(5)) == [4, 5, 6, 7, 8], "one task ahead of the puts: they are ingested"
+    assert ids(t.take(5)) == [9, 10]
+    assert stored_ids(t) == list(range(1, 11)), "each task once"
     assert t.context.layout.cursor("small").partial == 0
+
+
+@pytest.mark.parametrize("engine", ["accelerated", "portable"])
+def test_a_take_from_the_tasks_table_ingests_puts_that_come_before_its_tasks(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
+    """Tasks the tasks table holds go first only where no waiting put may come
+    before them: a put of a lower priority (urgent), or one whose priorities
+    are a column, is ingested before the take chooses."""
+    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 4)
+    sq = sparkqueue.connect(spark, sq.root, owner="consumer-a", clock=sq.clock, engine=engine)
+    t = primed(sq, "urgent", "fifottl", change_feed=False)
+    t.put(spark.range(8).coalesce(1).selectExpr("id AS n"))
+    assert ids(t.take(1)) == [1]
+    assert stored_ids(t) == [1, 2, 3, 4]
+    t.urgent({"n": 100})
+    assert ids(t.take(1)) == [9], "the urgent put's task, ingested with the rest"
+    assert stored_ids(t) == list(range(1, 10))
+    t.put(spark.range(8).coalesce(1).selectExpr("id AS n"))
+    assert ids(t.take(1)) == [2], "a put of the same priority comes after"
+    assert stored_ids(t) == list(range(1, 10)), "and waits in the inbox"
+    t.put([{"n": 0}], pri=F.lit(-1))
+    assert ids(t.take(1)) == [18], "a put whose priority is a column may come first"
