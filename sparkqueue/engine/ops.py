@@ -81,6 +81,21 @@ def mutate(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None
     return None if done is None else done[0]
 
 
+def ingest_before_choice(ctx: TubeContext, ahead: int, found: dict[str, int]) -> int:
+    """Before a take chooses from the tasks table at ``found``'s version (``found``:
+    its version and the inbox's, read just now): ingest the puts waiting in the
+    inbox unless that version holds ``ahead`` ready tasks ahead of them
+    (:func:`ingest.ingest_for_take`). The version the choice reads, returned,
+    is the one that decision was made on, or its ingest's commit: a choice
+    from a later one could lease a task a waiting put comes before."""
+    layout = ctx.layout
+    path = layout.tasks(ctx.key)
+    known = found.get(path)
+    files = layout.files_at(path, known) if ahead and known is not None else None
+    ingest_for_take(ctx, ahead, files, found)
+    return layout.known_version(path)  # its ingest's commit, if it made one
+
+
 def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None = None,
           event: str | None = None, tag_extra: dict[str, Any] | None = None,
           owner: str | None = None,
@@ -109,12 +124,10 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     read = [newest] if newest else []  # the first attempt's
 
     def attempt() -> tuple[DataFrame, dict[str, int]] | None:
+        found: dict[str, int] = {}
         if op.pending:  # the inbox's newest version and the table's in one look
             found = read.pop() if read else layout.latest_versions([layout.inbox(ctx.key), path])
-            known = found.get(path)
-            files = layout.files_at(path, known) if ahead and known is not None else None
-            ingest_for_take(ctx, ahead, files, found)
-            before = layout.known_version(path)  # its ingest's commit, if it made one
+            before = ingest_before_choice(ctx, ahead, found)
         else:
             before = layout.latest_version(path)
         now = ctx.now()
@@ -126,6 +139,8 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
             settled = refusals.settle_for(ctx, ACK, acking, who, now) or settled
         if settled:
             before = layout.latest_version(path)
+            if op.pending:  # others' commits read with it may have taken the tasks ahead
+                before = ingest_before_choice(ctx, ahead, {**found, path: before})
         name = f"{op.name}+ack" if acking else op.name
         tag = CommitTag.new(name, **(tag_extra or {}))
         with layout.tagged(tag) as sess:

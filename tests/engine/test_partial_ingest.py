@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 import sparkqueue
 from sparkqueue import Queue, Tube, store
+from sparkqueue.engine import ops, take
 from sparkqueue.engine.ingest import ingest
 from sparkqueue.store import Layout
 from sparkqueue.sweep import purge
@@ -236,3 +237,39 @@ def test_a_take_from_the_tasks_table_ingests_puts_that_come_before_its_tasks(
     assert stored_ids(t) == list(range(1, 10)), "and waits in the inbox"
     t.put([{"n": 0}], pri=F.lit(-1))
     assert ids(t.take(1)) == [18], "a put whose priority is a column may come first"
+
+
+def test_a_take_whose_tasks_ahead_go_to_another_meanwhile_ingests_the_puts_first(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A take found ready tasks ahead of the waiting puts and left them in the inbox;
+    before it chose, another consumer took those tasks and a recorded lease ran
+    out, which the take settled in a commit of its own, so the version it
+    chooses from is a later one. It decides again there: the lease that ran
+    out is of a task behind the puts (a higher priority number), so the puts
+    are ingested and their first task is the one it leases. (Its statement
+    chooses: the head-files executor turned down, as where statistics do not
+    show the head.)"""
+    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 4)
+    t = primed(sq, "behind", "fifottl", change_feed=False)
+    other = sparkqueue.connect(spark, sq.root, owner="consumer-b", clock=sq.clock).tube("behind")
+    t.put({"n": 0}, pri=5, ttr=10)
+    assert ids(t.take(1)) == [1], "a lease record: settled by a commit once it ends"
+    t.put(spark.range(8).coalesce(1).selectExpr("id AS n"))  # tasks 2 to 9, files of 4
+    assert ids(other.take(1)) == [2]
+    assert stored_ids(t)[-4:] == [2, 3, 4, 5], "3, 4 and 5 ready ahead of the puts of 6 to 9"
+    decide = ops.ingest_for_take
+    raced: list[list[int]] = []
+
+    def taken_meanwhile(ctx: Any, n: int, *args: Any) -> bool:
+        ingested = decide(ctx, n, *args)
+        if not raced and n == 1 and not ingested:
+            raced.append(ids(other.take(3)))
+            sq.clock.advance(11)  # task 1's lease ends: ready again, behind the puts
+        return ingested
+
+    monkeypatch.setattr(ops, "ingest_for_take", taken_meanwhile)
+    monkeypatch.setattr(take, "take_files", lambda *args, **kwargs: None)
+    assert ids(t.take(1)) == [6], "the first waiting put's task, not task 1"
+    assert raced == [[3, 4, 5]]
+    assert [r["status"] for r in t.peek(list(range(1, 10))).orderBy("task_id").collect()] == [
+        "ready", "taken", "taken", "taken", "taken", "taken", "ready", "ready", "ready"]
