@@ -90,16 +90,25 @@ class LogReader(Paths):
         return self._newest_is(path, self.newest_version(path))
 
     def latest_versions(self, paths: list[str]) -> dict[str, int]:
-        """:meth:`latest_version` of each of ``paths``, in one look where the log's
-        files allow it (the portable engine: one Spark job for a take's inbox
-        and tasks table, not one each)."""
-        if not all(map(is_path, paths)):  # named tables: each on its own
+        """:meth:`latest_version` of each of ``paths`` (table paths or names), in one
+        look at their log files where the log's files allow it (the portable
+        engine: one Spark job for a take's inbox and tasks table, not one each,
+        on a catalog root too). A named table whose files are not where the
+        catalog said is looked up again, on its own (:meth:`newest_version`)."""
+        located = {p: where for p in paths if (where := self.location(p)) is not None}
+        if len(set(located.values())) < len(paths):  # one not in the catalog: its error
             return {p: self.latest_version(p) for p in paths}
         texts: dict[str, dict[int, str]] = {}
-        found = self.files.latest_versions({p: self._versions.get(p, -1) for p in paths}, texts)
-        for path in paths:
-            self._keep_texts(path, texts.get(path, {}))
-        return {p: self._newest_is(p, found[p]) for p in paths}
+        found = self.files.latest_versions(
+            {located[p]: self._versions.get(p, -1) for p in paths}, texts)
+        out = {}
+        for path, where in located.items():
+            if found[where] is None and where != path:  # moved: asked again
+                out[path] = self.latest_version(path)
+                continue
+            self._keep_texts(path, texts.get(where, {}))
+            out[path] = self._newest_is(path, found[where])
+        return out
 
     def _newest_is(self, path: str, found: int | None) -> int:
         """Write down ``found`` as the newest version of ``path``; a table that is

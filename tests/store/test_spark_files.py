@@ -3,6 +3,7 @@ the newest version from the commit files after a known one, Delta's answer other
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -77,20 +78,24 @@ def test_a_path_a_glob_would_misread_asks_delta(spark: SparkSession, tmp_path: P
         SparkFiles(NoHistory(spark)).latest_version(table, 0)  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize("catalog", [False, True], ids=["path root", "catalog root"])
 def test_a_take_probes_its_tables_newest_versions_once_together(
-        spark: SparkSession, root: str, clock: Any) -> None:
+        spark: SparkSession, root: str, clock: Any, catalog: bool) -> None:
     """Its choice reads the file statistics at the version its commit read just
     before (``Layout.known_version``), and the inbox's newest version and the
     tasks table's are looked for in one probe: on the portable engine each probe
-    is a Spark job."""
+    is a Spark job. On a catalog root too: the probe reads the log files where
+    the catalog says the tables are."""
     import sparkqueue
 
+    root = f"spark_catalog.sq_{uuid.uuid4().hex[:12]}" if catalog else root
     sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
     t = sq.create_tube("probed", "fifottl")
     t.put([{"n": i} for i in range(30)])
     t.take(1)  # ingests
     layout = t.context.layout
-    tasks, inbox = layout.tasks("probed"), layout.inbox("probed")
+    tasks, inbox = (layout.table_path(layout.tasks("probed")),
+                    layout.table_path(layout.inbox("probed")))
     probes: list[list[str]] = []
     latest_version, latest_versions = layout.files.latest_version, layout.files.latest_versions
 
