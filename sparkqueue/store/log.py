@@ -23,7 +23,6 @@ from .files import LogFiles, delta_log
 from .filestats import FileGroup, file_entry, stats_of, whole_files
 from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
-from .tables import is_path
 
 
 def commit_info(text: str) -> dict[str, Any] | None:

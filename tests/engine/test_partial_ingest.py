@@ -14,9 +14,9 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
-from sparkqueue import Queue, Tube, store
+from sparkqueue import FakeClock, Queue, Tube, store
 from sparkqueue.engine import ops, take
-from sparkqueue.engine.ingest import ingest
+from sparkqueue.engine.ingest import ingest, ingest_for_take
 from sparkqueue.store import Layout
 from sparkqueue.sweep import purge
 
@@ -240,7 +240,8 @@ def test_a_take_from_the_tasks_table_ingests_puts_that_come_before_its_tasks(
 
 
 def test_a_take_whose_tasks_ahead_go_to_another_meanwhile_ingests_the_puts_first(
-        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+        sq: Queue, spark: SparkSession, clock: FakeClock, monkeypatch: pytest.MonkeyPatch,
+        ) -> None:
     """A take found ready tasks ahead of the waiting puts and left them in the inbox;
     before it chose, another consumer took those tasks and a recorded lease ran
     out, which the take settled in a commit of its own, so the version it
@@ -257,14 +258,14 @@ def test_a_take_whose_tasks_ahead_go_to_another_meanwhile_ingests_the_puts_first
     t.put(spark.range(8).coalesce(1).selectExpr("id AS n"))  # tasks 2 to 9, files of 4
     assert ids(other.take(1)) == [2]
     assert stored_ids(t)[-4:] == [2, 3, 4, 5], "3, 4 and 5 ready ahead of the puts of 6 to 9"
-    decide = ops.ingest_for_take
+    decide = ingest_for_take
     raced: list[list[int]] = []
 
     def taken_meanwhile(ctx: Any, n: int, *args: Any) -> bool:
         ingested = decide(ctx, n, *args)
         if not raced and n == 1 and not ingested:
             raced.append(ids(other.take(3)))
-            sq.clock.advance(11)  # task 1's lease ends: ready again, behind the puts
+            clock.advance(11)  # task 1's lease ends: ready again, behind the puts
         return ingested
 
     monkeypatch.setattr(ops, "ingest_for_take", taken_meanwhile)
