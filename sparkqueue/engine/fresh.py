@@ -167,8 +167,8 @@ def ingest_taking(ctx: TubeContext, take: Op, n: int, win: int, who: str, path: 
             sess.conf.set(st.USER_METADATA, tag.json())
             run = id_run(lo, hi, ctx.shards, count)
             action = action_set(take, tag, lease_context(now, who))
-            # a record's ack removes its file: only where the store commits chosen files
-            record = (None if run is None or txn.keeps_feed or not layout.store.commits_files
+            # a record's ack removes its file (portable: DELETEs its one row)
+            record = (None if run is None or txn.keeps_feed
                       else recorded(ctx, cursor, plan, (lo, hi), action, who, tag.token, now))
             if record is not None:  # the lease alone: one row
                 rows, local, changes = [], [records.record_row(record)], None

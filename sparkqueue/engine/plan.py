@@ -14,7 +14,7 @@ the ones tried left out. :data:`TAKE_RULES` is the table, in order;
 A settling verb on the caller's own leases (ack, release, touch, bury) plans
 alike: :class:`SettleFacts`, :data:`SETTLE_RULES`, :func:`settle_order` (whole
 files where they may be its tasks, or the portable engine's DELETE of one acked
-task, then the statement, which never turns a verb down).
+task or of one lease record, then the statement, which never turns a verb down).
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ class Strategy(enum.Enum):
     #: the heads of free sub-queues chosen in one query over the snapshot's files that
     #: may hold a ready task or a lease; their files rewritten in one commit
     SUB_QUEUE_HEADS = "sub-queue-heads"
-    #: the acks riding along committed first, alone, by :data:`Settle.WHOLE_FILES`;
-    #: then the take planned again without them
+    #: the acks riding along committed first, alone, by :data:`Settle.WHOLE_FILES` or
+    #: :data:`Settle.ONE_RECORD`; then the take planned again without them
     ACKS_APART = "acks-apart"
     #: an ingest, then one UPDATE of an id range (when the chosen tasks are
     #: consecutive ids) or one MERGE of the choice (``engine.ops.apply``)
@@ -115,10 +115,11 @@ TAKE_RULES: tuple[Rule, ...] = (
          lambda f: f.accelerated and f.sub_queue_heads and not f.head_only
          and f.n <= COLLECT_UPTO),
     Rule(Strategy.ACKS_APART,
-         "accelerated; acks ride along",
-         "acks that are whole files cost no data read alone, where riding the statement "
-         "would have its MERGE read them; its executor goes on only where they are such files",
-         lambda f: f.accelerated and f.acks),
+         "acks ride along",
+         "acks that are whole files (portable: one lease record) cost no data read alone, "
+         "where riding the statement would have its MERGE read them, and the take planned "
+         "again may then take new puts; its executor goes on only where they are such files",
+         lambda f: bool(f.acks)),
     Rule(Strategy.STATEMENT,
          "always",
          "SQL alone: the portable engine's take, and every take the others turned down; "
@@ -186,6 +187,9 @@ class Settle(enum.Enum):
     #: an ack of one task: one DELETE of its row where the caller holds its live
     #: lease; a DELETE of one row is all or nothing (``engine.settle``)
     ONE_TASK = "one-task"
+    #: an ack of the tasks of one lease record: one DELETE of the record's row where
+    #: the caller's lease holds; its row is the whole lease (``engine.settle``)
+    ONE_RECORD = "one-record"
     #: one MERGE of the named tasks; its guards say what is wrong (``engine.ops``)
     STATEMENT = "merge"
 
@@ -223,6 +227,14 @@ SETTLE_RULES: tuple[Rule, ...] = (
          "and the MERGE acks the task or says why not (a DELETE of several rows "
          "could delete some: Delta's SQL cannot name the files a choice saw)",
          lambda f: f.engine == "portable" and f.on_leases and f.removes and f.one),
+    Rule(Settle.ONE_RECORD,
+         "portable; an ack of several tasks",
+         "a take of new puts leases them by one row, a lease record, in a file of its own "
+         "(`engine.records`): a DELETE of that row is all or nothing, as of one task; its "
+         "executor goes on only where the tasks are one record's this process wrote "
+         "down, the caller's, with lease and ttl running",
+         lambda f: f.engine == "portable" and f.on_leases and f.removes and f.listed
+         and not f.one),
     Rule(Settle.STATEMENT,
          "always",
          "every verb and every case: the guards refuse what must not change",

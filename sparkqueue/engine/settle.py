@@ -13,12 +13,14 @@ from .. import validate
 from ..errors import Timeout
 from . import plan
 from .context import TubeContext
+from .fresh import acked_result
 from .ingest import empty
 from .leased import on_whole_files
 from .ops import acked_rows, collected_ids, mutate
-from .verbs import Op
+from .records import LEASE, Record
+from .verbs import ACK, Op
 
-__all__ = ["settle", "settle_facts"]
+__all__ = ["acks_apart", "settle", "settle_facts"]
 
 
 def settle_facts(ctx: TubeContext, op: Op, tasks: Any,
@@ -42,14 +44,89 @@ def settle(ctx: TubeContext, op: Op, tasks: Any, *, owner: str | None = None,
         if st.is_dataframe(tasks):  # one Spark job: whole files need the ids listed
             tasks = collected_ids(ctx, tasks)
     facts = settle_facts(ctx, op, tasks, extra)
-    for strategy in plan.settle_order(facts)[:-1]:
-        done = (on_whole_files(ctx, op, tasks, ctx.who(owner))
-                if strategy is plan.Settle.WHOLE_FILES else ack_one(ctx, tasks[0], ctx.who(owner)))
-        if done is not None:
-            return done  # else not so: the statement
+    done = settle_apart(ctx, op, tasks, ctx.who(owner), plan.settle_order(facts)[:-1])
+    if done is not None:
+        return done
     changed = mutate(ctx, op, tasks, extra=extra, owner=owner,
                      tag_extra={"plan": plan.Settle.STATEMENT.value})
     return empty(ctx) if changed is None else changed
+
+
+def settle_apart(ctx: TubeContext, op: Op, ids: list[int], who: str,
+                 strategies: list[plan.Settle]) -> DataFrame | None:
+    """``op`` on ``who``'s tasks ``ids`` by the first of ``strategies`` (none the
+    statement) whose executor goes on: the changed tasks; None where each
+    turned it down, having committed nothing."""
+    for strategy in strategies:
+        if strategy is plan.Settle.WHOLE_FILES:
+            done = on_whole_files(ctx, op, ids, who)
+        elif strategy is plan.Settle.ONE_RECORD:
+            done = ack_record(ctx, ids, who)
+        else:
+            done = ack_one(ctx, ids[0], who)
+        if done is not None:
+            return done
+    return None
+
+
+def acks_apart(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
+    """An ack of ``who``'s tasks ``ids`` (sorted, distinct) by the settle plan's
+    strategies that commit whole leases with no statement's join (whole files,
+    one lease record), as a take does before it plans again without them
+    (``Strategy.ACKS_APART``): the acked tasks, or None, having committed
+    nothing, where they are not such leases."""
+    order = plan.settle_order(settle_facts(ctx, ACK, ids))
+    return settle_apart(ctx, ACK, ids, who, [
+        s for s in order if s in (plan.Settle.WHOLE_FILES, plan.Settle.ONE_RECORD)])
+
+
+def ack_record(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
+    """Ack ``ids`` where they are the tasks of one lease record (:mod:`.records`) of
+    ``who``'s, with its lease and ttl running, that this process wrote down
+    (the plan's ``one-record``): one DELETE of the record's row, whose
+    condition holds the guard. The record's row is its whole lease, so the
+    DELETE acks every task or none; deleting nothing (the record settled or
+    acked meanwhile, its time run out) it commits nothing. The acked tasks,
+    their ``ack`` event sent; None where they are no such record, or the
+    DELETE found none or lost to concurrent commits until the tube's
+    conflict timeout: the MERGE then acks them or says why not."""
+    layout = ctx.layout
+    path = layout.tasks(ctx.key)
+    tag = st.CommitTag.new("ack", plan=plan.Settle.ONE_RECORD.value, tasks=len(ids))
+    held: list[str] = []
+
+    def attempt() -> int | None:
+        now = ctx.now()
+        before = layout.latest_version(path)
+        files = layout.files_at(path, before)
+        names = layout.whole_leased_files(path, files, ids, who, now, ctx.shards) if files else None
+        record = ctx.memory.record(path, names[0]) if names and len(names) == 1 else None
+        if record is None or not names:
+            return None
+        held[:] = names
+        with layout.tagged(tag) as sess:
+            st.delete(sess, path, held_record(record, who, now))
+        found = layout.commit_of(path, tag.token, before)
+        return None if found is None else found[0]
+
+    try:
+        version = ctx.retrying(attempt, what=f"ack on {ctx.name!r}")
+    except Timeout:  # lost to concurrent commits: the MERGE's turn
+        return None
+    if version is None:
+        return None
+    result = acked_result(ctx, version, tag.token, ids, held)
+    ctx.emit(result, "ack")
+    return result
+
+
+def held_record(record: Record, who: str, now: float) -> str:
+    """The condition on the tasks table's rows that holds for ``record``'s row alone,
+    while ``who`` holds its lease and its lease and ttl run at ``now``."""
+    return (f"status = {st.sql_literal(LEASE, 'string')} "
+            f"AND change_token = {st.sql_literal(record.token, 'string')} "
+            f"AND owner = {st.sql_literal(who, 'string')} "
+            f"AND lease_end > {st.sql_num(now)} AND ttl_end > {st.sql_num(now)}")
 
 
 def ack_one(ctx: TubeContext, task: int, who: str) -> DataFrame | None:

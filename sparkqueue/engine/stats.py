@@ -24,7 +24,9 @@ CALL_NAME = {"release_all": "release", "dig": "kick"}
 #: a put counts the rows it wrote; a take that also acked a consumer's previous
 #: batch counts its updates as takes and its deletes as acks; a take that replaced
 #: whole files (``engine.take.take_files``) or ingested new puts (an append, with
-#: maybe a consumer's acked files removed) counts what its tag says.
+#: maybe a consumer's acked files removed) counts what its tag says. A commit
+#: whose rows are not its tasks (the DELETE of a lease record's row) says how
+#: many tasks it changed in its tag's ``tasks``.
 CALL_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
     "put": {"put": ("numOutputRows",)},
     "take": {"take": ("numTargetRowsUpdated", "numUpdatedRows", "take")},
@@ -93,6 +95,10 @@ def logged_calls(ctx: TubeContext) -> dict[str, int]:
             for k in EXPIRY_COUNTS:
                 counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
             if op in NOT_CALLS:
+                continue
+            if "tasks" in h["tag"]:  # its rows are not its tasks: a lease record's ack
+                name = CALL_NAME.get(op, op)
+                counts[name] = counts.get(name, 0) + int(h["tag"]["tasks"])
                 continue
             found = {**h["metrics"], **h["tag"]}
             for name, keys in CALL_METRICS.get(op, {CALL_NAME.get(op, op): (

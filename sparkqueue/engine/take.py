@@ -21,7 +21,6 @@ from . import plan, verbs
 from .context import TubeContext
 from .fresh import leased_result, noting_leased, take_fresh
 from .ingest import empty, ingest_for_take
-from .leased import on_whole_files
 from .ops import (
     Chosen,
     action_set,
@@ -31,6 +30,7 @@ from .ops import (
 )
 from .plan import COLLECT_UPTO
 from .records import live_tasks, settle_ended, with_action
+from .settle import acks_apart
 from .verbs import Op
 
 
@@ -126,7 +126,7 @@ def take_once(ctx: TubeContext, n: int, who: str, win: int, acking: list[int] | 
         tried.append(strategy)
         if strategy is plan.Strategy.ACKS_APART:  # its executor: the acks alone, then
             assert acking  # the take planned anew, in this loop
-            if on_whole_files(ctx, verbs.ACK, acking, who) is not None:
+            if acks_apart(ctx, acking, who) is not None:
                 acking = None  # committed: plan the take again, without them
                 facts, newest = take_facts(ctx, n)
                 tried = []

@@ -42,8 +42,8 @@ class AppendTransaction:
     rows: only with another ingest from the same cursor (the ingest's
     transaction id, :meth:`~sparkqueue.store.layout.Layout.write_marker`),
     which is what keeps a put from being ingested, or leased, twice. It
-    writes no change feed rows of its own (``writes_feed``), no one-row
-    files, and removes no files.
+    writes no change feed rows of its own (``writes_feed``) and removes no
+    files; its one-row files (a lease record) Spark writes, in the append.
     """
 
     def __init__(self, log: Layout, path: str) -> None:
@@ -77,14 +77,24 @@ class AppendTransaction:
                changes: DataFrame | None, tag: CommitTag, removed: Files | None = None,
                local: Sequence[dict[str, Any]] = (), like: T.StructType | None = None,
                ) -> tuple[int, list[dict[str, Any]]]:
-        """Append ``runs`` and the marker of ``cursor`` in the session that carries
-        ``tag`` (``runs``' own), skipped by Delta where an ingest from ``since``
+        """Append ``runs``, the one-row files ``local`` (rows of the schema ``like``,
+        a take's lease record) and the marker of ``cursor`` in the session that
+        carries ``tag``, skipped by Delta where an ingest from ``since``
         committed first: then :class:`StaleChoice`. ``changes`` are not written
-        (:attr:`writes_feed`)."""
-        if removed or local or not runs:
-            raise NotSupported("the portable engine's ingest appends task rows only: "
-                               "it removes no files and writes no one-row files")
+        (:attr:`writes_feed`). Each of ``local`` is a one-row frame of its own,
+        so the append writes it a file of its own, as the accelerated store
+        does from the driver."""
+        if removed:
+            raise NotSupported("the portable engine's ingest removes no files")
         log = self._log
+        if local:
+            if like is None:
+                raise NotSupported("one-row files need the table's schema")
+            with log.tagged(tag) as sess:
+                runs = [*runs, *(sess.createDataFrame(
+                    [tuple(row.get(f.name) for f in like.fields)], like) for row in local)]
+        if not runs:
+            raise NotSupported("the portable engine's ingest appends rows: it was given none")
         log.write_marker(tube, since, cursor, runs)
         found = log.commit_of(self._path, tag.token, self.version)
         if found is None:

@@ -55,9 +55,27 @@ def test_an_ack_of_one_task_is_one_delete(sq: Queue, spark: SparkSession) -> Non
 
 
 def test_an_ack_of_several_tasks_goes_through_the_merge(sq: Queue) -> None:
+    """Part of a batch that one lease record holds: the record written out as its
+    tasks first, then the MERGE."""
     t, before = portable(sq, "several")
     assert ids(t.ack([0, 2])) == [0, 2]
-    assert plans(t, before) == [("MERGE", "ack", "merge")]
+    assert plans(t, before) == [("MERGE", "settle", None), ("MERGE", "ack", "merge")]
+
+
+def test_an_ack_of_a_batch_taken_as_a_lease_record_is_one_delete_of_its_row(
+        sq: Queue, spark: SparkSession) -> None:
+    t, before = portable(sq, "batch", n=1)
+    t.put([{"n": i} for i in range(1, 5)])
+    batch = t.take(4)
+    taken = version(t)
+    assert plans(t, before) == [("WRITE", "ingest+take", "new-puts")]
+    result = t.ack(batch)
+    assert plans(t, taken) == [("DELETE", "ack", "one-record")]
+    assert sorted((r["task_id"], r["status"], r["data"]["n"]) for r in result.collect()) == [
+        (i, "done", i) for i in range(1, 5)]
+    stats = t.statistics()
+    assert stats["tasks"]["total"] == 1 and stats["tasks"]["done"] == 4
+    assert stats["calls"]["ack"] == 4
 
 
 @pytest.mark.parametrize("case", ["another owner", "no such task", "lease ended", "acked"])

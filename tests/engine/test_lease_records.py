@@ -4,8 +4,9 @@ lease instead of the leased task rows (``engine.records``).
 What every verb, reader and process sees is as if the take had written its
 tasks: peek, statistics, errors, expiry, the Consumer, truncate, the inbox
 purge, and a Queue without the accelerator. The owner's ack of the batch
-removes the record; anything else first writes the record out as its tasks
-(``settle``), in one MERGE that never brings back an acked batch.
+removes the record (the portable engine: a DELETE of its one row); anything
+else first writes the record out as its tasks (``settle``), in one MERGE that
+never brings back an acked batch. Each test runs on both engines.
 """
 
 from __future__ import annotations
@@ -20,12 +21,20 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
-from sparkqueue import Consumer, FakeClock, NotOwner, Queue, Tube
+from sparkqueue import Consumer, FakeClock, NotOwner, Queue, TaskNotFound, Tube
 from sparkqueue import store as st
 from sparkqueue.engine import ingest, records
 from sparkqueue.sweep import purge
 
 from ..conftest import ids, operations
+
+
+@pytest.fixture(params=["accelerated", "portable"])
+def sq(request: pytest.FixtureRequest, spark: SparkSession, root: str,
+       clock: FakeClock) -> Queue:
+    """Both engines write lease records: each test runs on each."""
+    return sparkqueue.connect(spark, root, owner="consumer-a", clock=clock,
+                              engine=request.param)
 
 
 def recorded(sq: Queue, n: int = 5, take: int | None = None,
@@ -104,6 +113,7 @@ def test_a_record_of_many_puts_reads_just_its_rows_through_the_joined_tags(
     assert ids(t.take(5)) == [7, 8]
 
 
+@pytest.mark.parametrize("sq", ["accelerated"], indirect=True)
 def test_each_batch_is_read_by_the_code_the_first_one_compiled(
         sq: Queue, spark: SparkSession, clock: FakeClock) -> None:
     """A batch's rows are told apart by values Spark keeps as data, not by numbers
@@ -142,6 +152,45 @@ def generated_code(spark: SparkSession) -> Iterator[None]:
     finally:
         for k, old in before.items():
             spark.conf.set(k, old)
+
+
+@pytest.mark.parametrize("meanwhile", ["settled", "one_deleted"])
+def test_a_record_changed_before_its_ack_deletes_it_acks_all_or_nothing(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch, meanwhile: str) -> None:
+    """Between the ack's look at the record (its file, the caller's, running) and its
+    commit, another commit writes the record out as its tasks, or deletes one of
+    them. The ack's one-row removal (the portable engine's DELETE of the record's
+    row, the accelerated removal of its file) then removes nothing: the MERGE acks
+    the batch whole, or refuses it whole, naming the task gone."""
+    t, batch, before = recorded(sq)
+    other = sparkqueue.connect(spark, root, owner="admin", clock=clock,
+                               engine=sq.engine).tube("rec")
+    real_delete, real_remove = st.delete, t.context.layout.store.remove_files
+
+    def first(change: Any) -> Any:
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            monkeypatch.undo()
+            if meanwhile == "settled":
+                other.release_all()  # every record written out (here: released)
+                other.take(5, owner="consumer-a")  # ... and leased to the caller again
+            else:
+                other.delete([2])
+            return change(*args, **kwargs)
+        return wrapped
+
+    monkeypatch.setattr(st, "delete", first(real_delete))
+    monkeypatch.setattr(t.context.layout.store, "remove_files", first(real_remove))
+    if meanwhile == "settled":
+        assert ids(t.ack(batch)) == list(range(5))
+        assert stored(t, spark) == []
+    else:
+        with pytest.raises(TaskNotFound) as refused:
+            t.ack(batch)
+        assert refused.value.task_ids == [2]
+        assert stored(t, spark) == [(i, "taken") for i in (0, 1, 3, 4)], "nothing acked"
+    acks = [op for _, op in operations(t, before) if op == "ack"]
+    assert len(acks) == (meanwhile == "settled"), "one ack commit, or none"
 
 
 def test_another_verb_on_recorded_tasks_writes_them_out_first(sq: Queue,

@@ -28,7 +28,7 @@ def by_update(monkeypatch: pytest.MonkeyPatch) -> None:
     MERGE, not apart."""
     monkeypatch.setattr(taking, "take_files", lambda *args, **kwargs: None)
     monkeypatch.setattr(taking, "take_fresh", lambda *args, **kwargs: None)
-    monkeypatch.setattr(taking, "on_whole_files", lambda *args, **kwargs: None)
+    monkeypatch.setattr(taking, "acks_apart", lambda *args, **kwargs: None)
 
 
 def test_a_take_of_consecutive_ids_is_an_update_and_a_gap_a_merge(sq: Queue,

@@ -34,7 +34,8 @@ OWN = {"head_only": False, "sub_queue_heads": False}  # a driver that promises n
     ("portable", FIFO, 10, True, False, [NEW, SQL]),  # an append with the ingest's txn id
     ("portable", FIFO, 10, False, False, [SQL]),
     ("portable", UTUBE, 10, True, False, [SQL]),  # no leases read in an append
-    ("portable", FIFO, 10, None, True, [SQL]),  # a Consumer's acks ride the MERGE
+    ("portable", FIFO, 10, None, True, [APART, SQL]),  # a Consumer's acks: a record's apart
+    ("portable", UTUBE, 10, None, True, [APART, SQL]),
     ("accelerated", FIFO, 10, False, False, [HEAD, SQL]),
     ("accelerated", FIFO, 10, True, False, [NEW, HEAD, SQL]),
     ("accelerated", FIFO, 10, True, True, [NEW, HEAD, APART, SQL]),
@@ -61,7 +62,8 @@ def test_each_kind_of_take_tries_its_strategies_in_the_tables_order(
     (SettleFacts("portable", on_leases=True), [Settle.STATEMENT]),  # release, touch, bury
     (SettleFacts("portable", on_leases=True, removes=True, one=True),
      [Settle.ONE_TASK, Settle.STATEMENT]),
-    (SettleFacts("portable", on_leases=True, removes=True), [Settle.STATEMENT]),  # a batch
+    (SettleFacts("portable", on_leases=True, removes=True),  # a batch: one lease record?
+     [Settle.ONE_RECORD, Settle.STATEMENT]),
     (SettleFacts("portable", on_leases=True, one=True), [Settle.STATEMENT]),  # release of one
     (SettleFacts("accelerated", on_leases=False), [Settle.STATEMENT]),  # delete, dig, ...
     (SettleFacts("accelerated", on_leases=True, listed=False), [Settle.STATEMENT]),
