@@ -220,6 +220,13 @@ SETTLE_RULES: tuple[Rule, ...] = (
          "taken is whole files: removed reading no data; its executor goes on only where "
          "file statistics show them so, with no change feed",
          lambda f: f.engine == "accelerated" and f.on_leases and f.listed and not f.value),
+    Rule(Settle.ONE_RECORD,
+         "portable; an ack",
+         "a take of new puts leases them by one row, a lease record, in a file of its own "
+         "(`engine.records`): a DELETE of that row is all or nothing, as of one task; its "
+         "executor goes on only where the tasks are one record's this process wrote "
+         "down, the caller's, with lease and ttl running",
+         lambda f: f.engine == "portable" and f.on_leases and f.removes and f.listed),
     Rule(Settle.ONE_TASK,
          "portable; an ack of one task",
          "a DELETE whose condition holds the guard deletes the row or nothing: all or "
@@ -227,14 +234,6 @@ SETTLE_RULES: tuple[Rule, ...] = (
          "and the MERGE acks the task or says why not (a DELETE of several rows "
          "could delete some: Delta's SQL cannot name the files a choice saw)",
          lambda f: f.engine == "portable" and f.on_leases and f.removes and f.one),
-    Rule(Settle.ONE_RECORD,
-         "portable; an ack of several tasks",
-         "a take of new puts leases them by one row, a lease record, in a file of its own "
-         "(`engine.records`): a DELETE of that row is all or nothing, as of one task; its "
-         "executor goes on only where the tasks are one record's this process wrote "
-         "down, the caller's, with lease and ttl running",
-         lambda f: f.engine == "portable" and f.on_leases and f.removes and f.listed
-         and not f.one),
     Rule(Settle.STATEMENT,
          "always",
          "every verb and every case: the guards refuse what must not change",

@@ -95,15 +95,21 @@ def ack_record(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
     tag = st.CommitTag.new("ack", plan=plan.Settle.ONE_RECORD.value, tasks=len(ids))
     held: list[str] = []
 
+    def record_at(version: int, now: float) -> Record | None:
+        files = layout.files_at(path, version)
+        names = layout.whole_leased_files(path, files, ids, who, now, ctx.shards) if files else None
+        held[:] = names or []
+        return ctx.memory.record(path, names[0]) if names and len(names) == 1 else None
+
+    if record_at(layout.known_version(path), ctx.now()) is None:
+        return None  # no record of this process's holds them: no probe of the log
+
     def attempt() -> int | None:
         now = ctx.now()
         before = layout.latest_version(path)
-        files = layout.files_at(path, before)
-        names = layout.whole_leased_files(path, files, ids, who, now, ctx.shards) if files else None
-        record = ctx.memory.record(path, names[0]) if names and len(names) == 1 else None
-        if record is None or not names:
+        record = record_at(before, now)
+        if record is None:
             return None
-        held[:] = names
         with layout.tagged(tag) as sess:
             st.delete(sess, path, held_record(record, who, now))
         found = layout.commit_of(path, tag.token, before)

@@ -76,6 +76,9 @@ def test_an_ack_of_a_batch_taken_as_a_lease_record_is_one_delete_of_its_row(
     stats = t.statistics()
     assert stats["tasks"]["total"] == 1 and stats["tasks"]["done"] == 4
     assert stats["calls"]["ack"] == 4
+    acked = version(t)
+    assert ids(t.ack([0])) == [0], "a take of one new put: a record of one task"
+    assert plans(t, acked) == [("DELETE", "ack", "one-record")]
 
 
 @pytest.mark.parametrize("case", ["another owner", "no such task", "lease ended", "acked"])

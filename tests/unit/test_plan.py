@@ -61,7 +61,7 @@ def test_each_kind_of_take_tries_its_strategies_in_the_tables_order(
      [Settle.WHOLE_FILES, Settle.STATEMENT]),
     (SettleFacts("portable", on_leases=True), [Settle.STATEMENT]),  # release, touch, bury
     (SettleFacts("portable", on_leases=True, removes=True, one=True),
-     [Settle.ONE_TASK, Settle.STATEMENT]),
+     [Settle.ONE_RECORD, Settle.ONE_TASK, Settle.STATEMENT]),
     (SettleFacts("portable", on_leases=True, removes=True),  # a batch: one lease record?
      [Settle.ONE_RECORD, Settle.STATEMENT]),
     (SettleFacts("portable", on_leases=True, one=True), [Settle.STATEMENT]),  # release of one
