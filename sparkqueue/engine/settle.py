@@ -4,6 +4,7 @@ plan, then its execution: :func:`plan.settle_order` gives the order of
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -87,12 +88,10 @@ def ack_record(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
     condition holds the guard. The record's row is its whole lease, so the
     DELETE acks every task or none; deleting nothing (the record settled or
     acked meanwhile, its time run out) it commits nothing. The acked tasks,
-    their ``ack`` event sent; None where they are no such record, or the
-    DELETE found none or lost to concurrent commits until the tube's
-    conflict timeout: the MERGE then acks them or says why not."""
+    their ``ack`` event sent; None where they are no such record, or as
+    :func:`deleted_acking` says: the MERGE then acks them or says why not."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
-    tag = st.CommitTag.new("ack", plan=plan.Settle.ONE_RECORD.value, tasks=len(ids))
     held: list[str] = []
 
     def record_at(version: int, now: float) -> Record | None:
@@ -104,21 +103,12 @@ def ack_record(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
     if record_at(layout.known_version(path), ctx.now()) is None:
         return None  # no record of this process's holds them: no probe of the log
 
-    def attempt() -> int | None:
-        now = ctx.now()
-        before = layout.latest_version(path)
-        record = record_at(before, now)
-        if record is None:
-            return None
-        with layout.tagged(tag) as sess:
-            st.delete(sess, path, held_record(record, who, now))
-        found = layout.commit_of(path, tag.token, before)
-        return None if found is None else found[0]
+    def condition(version: int, now: float) -> str | None:
+        record = record_at(version, now)
+        return None if record is None else held_record(record, who, now)
 
-    try:
-        version = ctx.retrying(attempt, what=f"ack on {ctx.name!r}")
-    except Timeout:  # lost to concurrent commits: the MERGE's turn
-        return None
+    tag = st.CommitTag.new("ack", plan=plan.Settle.ONE_RECORD.value, tasks=len(ids))
+    version = deleted_acking(ctx, tag, condition)
     if version is None:
         return None
     result = acked_result(ctx, version, tag.token, ids, held)
@@ -137,30 +127,43 @@ def held_record(record: Record, who: str, now: float) -> str:
 
 def ack_one(ctx: TubeContext, task: int, who: str) -> DataFrame | None:
     """Ack ``task`` by one DELETE of its row where ``who`` holds its live lease (the
-    plan's ``one-task``): the acked task, its ``ack`` event sent; None where the
-    DELETE found no such row (it then commits nothing) or lost to concurrent
-    commits until the tube's conflict timeout: the MERGE then acks it or says
-    why not. One row is deleted or not: all or nothing, as every ack."""
+    plan's ``one-task``): the acked task, its ``ack`` event sent; None as
+    :func:`deleted_acking` says: the MERGE then acks it or says why not. One
+    row is deleted or not: all or nothing, as every ack."""
+    tag = st.CommitTag.new("ack", plan=plan.Settle.ONE_TASK.value)
+    version = deleted_acking(ctx, tag, lambda _, now: (
+        f"task_id = {int(task)} AND owner = {st.sql_literal(who, 'string')} "
+        f"AND {st.effective_status(now)} = 'taken'"))
+    if version is None:
+        return None
+    result = acked_rows(ctx, version, tag.token, [task])
+    ctx.emit(result, "ack")
+    return result
+
+
+def deleted_acking(ctx: TubeContext, tag: st.CommitTag,
+                   condition: Callable[[int, float], str | None]) -> int | None:
+    """One DELETE from the tasks table, tagged ``tag``, of the rows where
+    ``condition(version, now)`` holds (the ack's guard, at the table's newest
+    version and the clock's now; None: no such ack there), retried on
+    conflicts: the version it committed. None where the condition was None,
+    the DELETE found no row (it then commits nothing), or it lost to
+    concurrent commits until the tube's conflict timeout."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
-    tag = st.CommitTag.new("ack", plan=plan.Settle.ONE_TASK.value)
 
     def attempt() -> int | None:
         now = ctx.now()
         before = layout.latest_version(path)
-        held = (f"task_id = {int(task)} AND owner = {st.sql_literal(who, 'string')} "
-                f"AND {st.effective_status(now)} = 'taken'")
+        held = condition(before, now)
+        if held is None:
+            return None
         with layout.tagged(tag) as sess:
             st.delete(sess, path, held)
         found = layout.commit_of(path, tag.token, before)
         return None if found is None else found[0]
 
     try:
-        version = ctx.retrying(attempt, what=f"ack on {ctx.name!r}")
+        return ctx.retrying(attempt, what=f"ack on {ctx.name!r}")
     except Timeout:  # lost to concurrent commits: the MERGE's turn
         return None
-    if version is None:
-        return None
-    result = acked_rows(ctx, version, tag.token, [task])
-    ctx.emit(result, "ack")
-    return result
