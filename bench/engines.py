@@ -27,7 +27,7 @@ client process of its own (pyspark runs one kind of session per process),
 which runs this file with ``SPARK_REMOTE`` set. Ratios are each engine's time
 over the accelerated engine's. The client also runs take(1,000), take(1) +
 ack(1) and the Consumer's drain on a catalog root (``spark_catalog.<schema>``),
-each against the same figure on a path root timed right after it
+each against the same figure on a path root timed in turns with it
 (:func:`catalog_figures`).
 
     python -m bench.engines --rows 1000000 --json out.json   # as a client: SPARK_REMOTE=...
@@ -36,6 +36,7 @@ each against the same figure on a path root timed right after it
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import statistics
@@ -123,14 +124,24 @@ def medians(repeat: int, fn: Callable[[], Any], after: Callable[[], Any] | None 
             ) -> float:
     """The median seconds of ``repeat`` runs of ``fn`` after a warm-up run; ``after``
     runs after each, untimed."""
-    times = []
+    return interleaved(repeat, {"": (fn, after)})[""]
+
+
+def interleaved(repeat: int, runs: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]],
+                ) -> dict[str, float]:
+    """:func:`medians` of each of ``runs`` (name: what is timed, what runs after it,
+    untimed), their runs taken in turns, the order reversed every other turn,
+    so that none of them gains from coming later in a warming session."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
     for i in range(repeat + 1):
-        took = timed(fn)
-        if after is not None:
-            after()
-        if i:  # the first run is the warm-up
-            times.append(took)
-    return statistics.median(times)
+        for name in (list(runs) if i % 2 == 0 else list(reversed(runs))):
+            fn, after = runs[name]
+            took = timed(fn)
+            if after is not None:
+                after()
+            if i:  # the first turn is the warm-up
+                times[name].append(took)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def plain_update_delete(spark: SparkSession, path: str, rows: DataFrame,
@@ -154,12 +165,20 @@ def plain_update_delete(spark: SparkSession, path: str, rows: DataFrame,
     return medians(repeat, update_delete)
 
 
-def verb_figures(sq: sparkqueue.Queue, rows: DataFrame, prefix: str,
+def verb_figures(queues: dict[str, sparkqueue.Queue], rows: DataFrame,
                  repeat: int) -> dict[str, float]:
-    """take(1,000) and take(1) + ack(1) on a tube of ``rows``, ingested first."""
-    tube = ingested(sq, f"{prefix}take", "fifottl", rows)
-    return {f"{prefix}take_1000_s": medians(repeat, lambda: tube.take(1000), tube.release_all),
-            f"{prefix}take_ack_1_s": medians(repeat, lambda: tube.ack(tube.take(1)))}
+    """take(1,000) and take(1) + ack(1) on a tube of ``rows``, ingested first, in each
+    of ``queues`` (figure prefix: its Queue), their runs in turns (:func:`interleaved`)."""
+    tubes = {prefix: ingested(sq, f"{prefix}take", "fifottl", rows)
+             for prefix, sq in queues.items()}
+    figures: dict[str, float] = {}
+    for figure, verb, after in (
+            ("take_1000", lambda t: t.take(1000), lambda t: t.release_all),
+            ("take_ack_1", lambda t: t.ack(t.take(1)), lambda t: None)):
+        took = interleaved(repeat, {prefix: (functools.partial(verb, tube), after(tube))
+                                    for prefix, tube in tubes.items()})
+        figures.update({f"{prefix}{figure}_s": s for prefix, s in took.items()})
+    return figures
 
 
 def consumer_drain(sq: sparkqueue.Queue, rows: DataFrame, prefix: str,
@@ -207,7 +226,7 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
     """take(1000), take(1) + ack(1), a drain by take + ack, a Consumer drain, put to
     takeable and a sub-queue take on ``sq``'s engine; figures named ``prefix``...
     ``warmup``: tasks drained on a tube of their own before the timed drains."""
-    figures = verb_figures(sq, rows, prefix, repeat)
+    figures = verb_figures({prefix: sq}, rows, repeat)
     figures[f"{prefix}plain_update_delete_1_s"] = plain_update_delete(
         sq.spark, f"{sq.root}/{prefix}plain", rows, repeat)
     figures[f"{prefix}take_ack_1_vs_plain_ratio"] = (figures[f"{prefix}take_ack_1_s"]
@@ -230,13 +249,13 @@ def catalog_figures(spark: SparkSession, root: str, rows: DataFrame, batch: int,
                     repeat: int) -> dict[str, float]:
     """take(1,000), take(1) + ack(1) and a Consumer's drain on a catalog root
     (``spark_catalog.<schema>``: managed tables), each over the same figure on a
-    path root under ``root`` (``connect_catalog_path_``) timed right after it, as a
-    ratio: run after :func:`bench_engine`, both on a warm session."""
+    path root under ``root`` (``connect_catalog_path_``) as a ratio: the verbs'
+    runs in turns with the path root's, the drains one after the other; run
+    after :func:`bench_engine`, both on a warm session."""
     catalog = sparkqueue.connect(spark, f"spark_catalog.sq_bench_{os.getpid()}", owner="bench")
     path = sparkqueue.connect(spark, f"{root}/again", owner="bench")
-    figures: dict[str, float] = {}
-    for sq, prefix in ((catalog, "connect_catalog_"), (path, "connect_catalog_path_")):
-        figures.update(verb_figures(sq, rows, prefix, repeat))
+    figures = verb_figures({"connect_catalog_": catalog, "connect_catalog_path_": path},
+                           rows, repeat)
     for sq, prefix in ((catalog, "connect_catalog_"), (path, "connect_catalog_path_")):
         figures.update(consumer_drain(sq, rows, prefix, batch))
     for figure in ("take_1000", "take_ack_1", "drain"):
