@@ -13,8 +13,9 @@ the ones tried left out. :data:`TAKE_RULES` is the table, in order;
 
 A settling verb on the caller's own leases (ack, release, touch, bury) plans
 alike: :class:`SettleFacts`, :data:`SETTLE_RULES`, :func:`settle_order` (whole
-files where they may be its tasks, or the portable engine's DELETE of one acked
-task or of one lease record, then the statement, which never turns a verb down).
+files where they may be its tasks, or the portable engine's one statement on a
+lease record's row or on one removed task, then the statement, which never
+turns a verb down).
 """
 
 from __future__ import annotations
@@ -184,11 +185,12 @@ class Settle(enum.Enum):
     #: removed (ack) or rewritten with the verb's SET, in one commit that joins
     #: nothing (``engine.leased``)
     WHOLE_FILES = "whole-files"
-    #: an ack of one task: one DELETE of its row where the caller holds its live
-    #: lease; a DELETE of one row is all or nothing (``engine.settle``)
+    #: an ack or a delete of one task: one DELETE of its row where the caller holds
+    #: its live lease; a DELETE of one row is all or nothing (``engine.settle``)
     ONE_TASK = "one-task"
-    #: an ack of the tasks of one lease record: one DELETE of the record's row where
-    #: the caller's lease holds; its row is the whole lease (``engine.settle``)
+    #: a verb on the tasks of one lease record: one DELETE of the record's row (an ack
+    #: or a delete), or one MERGE that replaces it by its tasks with the verb's SET,
+    #: where the caller's lease holds; its row is the whole lease (``engine.settle``)
     ONE_RECORD = "one-record"
     #: one MERGE of the named tasks; its guards say what is wrong (``engine.ops``)
     STATEMENT = "merge"
@@ -221,14 +223,15 @@ SETTLE_RULES: tuple[Rule, ...] = (
          "file statistics show them so, with no change feed",
          lambda f: f.engine == "accelerated" and f.on_leases and f.listed and not f.value),
     Rule(Settle.ONE_RECORD,
-         "portable; an ack",
+         "portable; a verb on the caller's own leases; ids listed; no value written",
          "a take of new puts leases them by one row, a lease record, in a file of its own "
-         "(`engine.records`): a DELETE of that row is all or nothing, as of one task; its "
+         "(`engine.records`): a DELETE of that row, or a MERGE that replaces it by its "
+         "tasks with the verb's SET, changes all of them or none, in one commit; its "
          "executor goes on only where the tasks are one record's this process wrote "
          "down, the caller's, with lease and ttl running",
-         lambda f: f.engine == "portable" and f.on_leases and f.removes and f.listed),
+         lambda f: f.engine == "portable" and f.on_leases and f.listed and not f.value),
     Rule(Settle.ONE_TASK,
-         "portable; an ack of one task",
+         "portable; an ack or a delete of one task",
          "a DELETE whose condition holds the guard deletes the row or nothing: all or "
          "nothing, with no join and no source; deleting nothing, it commits nothing, "
          "and the MERGE acks the task or says why not (a DELETE of several rows "

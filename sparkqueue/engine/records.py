@@ -13,8 +13,11 @@ are those put rows with that SET (:func:`expand`), as the take would have
 written them; the inbox files hold them unchanged until they are ingested
 (the inbox purge keeps every put file a live record reads).
 
-- The owner's ack of exactly that batch removes the record's file: no data
-  written or read (:mod:`.leased`, and a consumer's next take).
+- The owner's ack of exactly that batch removes the record: its file (the
+  accelerated engine, :mod:`.leased`) or its row (the portable one, one
+  DELETE), no data read; a release, touch or bury of that batch writes its
+  tasks with the verb's SET in the same commit (a rewrite of the file, or
+  one MERGE, :func:`write_out`); :mod:`.settle`.
 - Readers (:func:`live_tasks`: peek, statistics, the sweeper's and the
   verbs' choices, error reports) see each record's tasks beside the table's
   rows, read at one version.
@@ -44,8 +47,8 @@ from .context import TubeContext
 from .ingest import as_stored, pending_rows, tasks_of_files
 
 __all__ = ["LEASE", "Record", "as_acked", "expand", "live_tasks", "record_row",
-           "holding", "records_at", "settle", "settle_ended", "settle_ids",
-           "taken_as", "view", "with_action"]
+           "held", "holding", "records_at", "settle", "settle_ended", "settle_ids",
+           "taken_as", "view", "with_action", "write_out"]
 
 LEASE = st.LEASE
 
@@ -226,16 +229,11 @@ def task_row(ctx: TubeContext, ident: list[int], now: float) -> Row | None:
 
 def settle(ctx: TubeContext, which: Callable[[Record], bool], probe: bool = True) -> int:
     """Write out the tasks of the live records ``which`` picks, each record
-    replaced by its tasks in one commit (tagged ``settle``); how many records.
-
-    One MERGE: it deletes the records' rows and inserts their tasks from a
-    source that keeps only the tasks of records present in the MERGE's own
-    snapshot (Delta plans that read of the target on it and checks it at
-    commit), so a record acked before the MERGE inserts nothing, and one
-    acked after its snapshot makes it conflict (retried). ``probe``: look for
-    the table's newest version (else the one this process read last, for a
-    choice that checks again in its own commit: on the portable engine a
-    probe is a Spark job)."""
+    replaced by its tasks in one commit (tagged ``settle``, :func:`write_out`);
+    how many records. A record acked after the MERGE's snapshot makes it
+    conflict (retried). ``probe``: look for the table's newest version (else
+    the one this process read last, for a choice that checks again in its own
+    commit: on the portable engine a probe is a Spark job)."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
 
@@ -244,24 +242,53 @@ def settle(ctx: TubeContext, which: Callable[[Record], bool], probe: bool = True
         picked = [r for r in records_at(ctx, version).values() if which(r)]
         if not picked:
             return 0
-        tag = CommitTag.new("settle")
-        with layout.tagged(tag) as sess:
-            tasks = st.union([
-                expand(ctx, sess, r).withColumn("rec", F.lit(r.token)) for r in picked])
-            present = (layout.read(path, sess).where(f"status = '{LEASE}'")
-                       .select(F.col("change_token").alias("rec")))
-            tasks = tasks.join(present, "rec", "left_semi").withColumn("is_rec", F.lit(False))
-            keys = sess.createDataFrame([(r.token, True) for r in picked],
-                                        "rec string, is_rec boolean")
-            source = tasks.unionByName(keys, allowMissingColumns=True)
-            st.merge(sess, path, source,
-                     f"s.is_rec AND t.status = '{LEASE}' AND t.change_token = s.rec",
-                     [When("delete"),
-                      When("insert", "NOT s.is_rec",
-                           {c: f"s.{c}" for c in st.TASK_TABLE_COLUMNS})])
+        with layout.tagged(CommitTag.new("settle")) as sess:
+            write_out(ctx, sess, picked)
         return len(picked)
 
     return ctx.retrying(attempt, what=f"settle of leases on {ctx.name!r}")
+
+
+def write_out(ctx: TubeContext, sess: SparkSession, picked: list[Record],
+              action: dict[str, str] | None = None,
+              holds_row: Callable[[str], str] | None = None) -> None:
+    """One MERGE that deletes the rows of the records ``picked`` and inserts their
+    tasks (with ``action``'s SET, ``ops.action_set``, applied); on a record
+    whose row ``holds_row(prefix)`` (SQL on the row, its columns named with
+    ``prefix``) passes over, where given.
+
+    Its source keeps only the tasks of records present (and so held) in the
+    MERGE's own snapshot: Delta plans that read of the target on it and checks
+    it at commit, so a record acked before the MERGE inserts nothing, and one
+    changed after its snapshot makes it conflict. A MERGE that changes nothing
+    commits nothing.
+    """
+    path = ctx.layout.tasks(ctx.key)
+    tasks = st.union([
+        (expand(ctx, sess, r) if action is None
+         else as_stored(with_action(expand(ctx, sess, r), action)))
+        .withColumn("rec", F.lit(r.token)) for r in picked])
+    present = ctx.layout.read(path, sess).where(f"status = '{LEASE}'")
+    if holds_row is not None:
+        present = present.where(holds_row(""))
+    present = present.select(F.col("change_token").alias("rec"))
+    tasks = tasks.join(present, "rec", "left_semi").withColumn("is_rec", F.lit(False))
+    keys = sess.createDataFrame([(r.token, True) for r in picked], "rec string, is_rec boolean")
+    source = tasks.unionByName(keys, allowMissingColumns=True)
+    on = f"s.is_rec AND t.status = '{LEASE}' AND t.change_token = s.rec"
+    st.merge(sess, path, source, on if holds_row is None else f"{on} AND {holds_row('t.')}",
+             [When("delete"),
+              When("insert", "NOT s.is_rec", {c: f"s.{c}" for c in st.TASK_TABLE_COLUMNS})])
+
+
+def held(record: Record, who: str, now: float, prefix: str = "") -> str:
+    """The condition on the tasks table's rows (columns named with ``prefix``) that
+    holds for ``record``'s row alone, while ``who`` holds its lease and its
+    lease and ttl run at ``now``."""
+    return (f"{prefix}status = {st.sql_literal(LEASE, 'string')} "
+            f"AND {prefix}change_token = {st.sql_literal(record.token, 'string')} "
+            f"AND {prefix}owner = {st.sql_literal(who, 'string')} "
+            f"AND {prefix}lease_end > {st.sql_num(now)} AND {prefix}ttl_end > {st.sql_num(now)}")
 
 
 def holds(ids: list[int] | None) -> Callable[[Record], bool]:

@@ -7,18 +7,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from pyspark.sql import Column, DataFrame
+from pyspark.sql import Column, DataFrame, SparkSession
 
 from .. import store as st
 from .. import validate
 from ..errors import Timeout
-from . import plan
+from . import plan, records
 from .context import TubeContext
 from .fresh import acked_result
 from .ingest import empty
 from .leased import on_whole_files
-from .ops import acked_rows, collected_ids, mutate
-from .records import LEASE, Record
+from .ops import acked_rows, action_set, collected_ids, lease_context, mutate
+from .records import Record
 from .verbs import ACK, Op
 
 __all__ = ["acks_apart", "settle", "settle_facts"]
@@ -62,9 +62,9 @@ def settle_apart(ctx: TubeContext, op: Op, ids: list[int], who: str,
         if strategy is plan.Settle.WHOLE_FILES:
             done = on_whole_files(ctx, op, ids, who)
         elif strategy is plan.Settle.ONE_RECORD:
-            done = ack_record(ctx, ids, who)
+            done = on_record(ctx, op, ids, who)
         else:
-            done = ack_one(ctx, ids[0], who)
+            done = removed_one(ctx, op, ids[0], who)
         if done is not None:
             return done
     return None
@@ -81,89 +81,95 @@ def acks_apart(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
         s for s in order if s in (plan.Settle.WHOLE_FILES, plan.Settle.ONE_RECORD)])
 
 
-def ack_record(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
-    """Ack ``ids`` where they are the tasks of one lease record (:mod:`.records`) of
-    ``who``'s, with its lease and ttl running, that this process wrote down
-    (the plan's ``one-record``): one DELETE of the record's row, whose
-    condition holds the guard. The record's row is its whole lease, so the
-    DELETE acks every task or none; deleting nothing (the record settled or
-    acked meanwhile, its time run out) it commits nothing. The acked tasks,
-    their ``ack`` event sent; None where they are no such record, or as
-    :func:`deleted_acking` says: the MERGE then acks them or says why not."""
+def on_record(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFrame | None:
+    """``op`` (``on_leases``) on ``ids`` where they are the tasks of one lease record
+    (:mod:`.records`) of ``who``'s, with its lease and ttl running, that this
+    process wrote down (the plan's ``one-record``), in one commit whose
+    condition holds the guard: an ack or a delete, one DELETE of the record's
+    row; a release, touch or bury, one MERGE that replaces that row by its
+    tasks with the op's SET (:func:`records.write_out`). The record's row is
+    its whole lease, so the commit changes every task or none; changing
+    nothing (the record settled or acked meanwhile, its time run out) it
+    commits nothing. The changed tasks, their event sent; None where they are
+    no such record, or as :func:`committed_apart` says: the MERGE then
+    applies the op or says why not."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
-    held: list[str] = []
+    found: list[str] = []  # the record's file
 
     def record_at(version: int, now: float) -> Record | None:
         files = layout.files_at(path, version)
         names = layout.whole_leased_files(path, files, ids, who, now, ctx.shards) if files else None
-        held[:] = names or []
+        found[:] = names or []
         return ctx.memory.record(path, names[0]) if names and len(names) == 1 else None
 
     if record_at(layout.known_version(path), ctx.now()) is None:
         return None  # no record of this process's holds them: no probe of the log
+    tag = st.CommitTag.new(op.name, plan=plan.Settle.ONE_RECORD.value, tasks=len(ids))
 
-    def condition(version: int, now: float) -> str | None:
+    def commit(version: int, now: float, sess: SparkSession) -> bool:
         record = record_at(version, now)
-        return None if record is None else held_record(record, who, now)
+        if record is None:
+            return False
+        if op.action is None:
+            st.delete(sess, path, records.held(record, who, now))
+        else:
+            records.write_out(ctx, sess, [record], action_set(op, tag, lease_context(now, who)),
+                              lambda prefix: records.held(record, who, now, prefix))
+        return True
 
-    tag = st.CommitTag.new("ack", plan=plan.Settle.ONE_RECORD.value, tasks=len(ids))
-    version = deleted_acking(ctx, tag, condition)
+    version = committed_apart(ctx, op, tag, commit)
     if version is None:
         return None
-    result = acked_result(ctx, version, tag.token, ids, held)
-    ctx.emit(result, "ack")
+    result = (acked_result(ctx, version, tag.token, ids, found) if op.action is None
+              else layout.changed_at(ctx.key, version, tag.token, ids[0], ids[-1])
+              .select(*st.PUBLIC_COLUMNS))
+    ctx.emit(result, op.name)
     return result
 
 
-def held_record(record: Record, who: str, now: float) -> str:
-    """The condition on the tasks table's rows that holds for ``record``'s row alone,
-    while ``who`` holds its lease and its lease and ttl run at ``now``."""
-    return (f"status = {st.sql_literal(LEASE, 'string')} "
-            f"AND change_token = {st.sql_literal(record.token, 'string')} "
-            f"AND owner = {st.sql_literal(who, 'string')} "
-            f"AND lease_end > {st.sql_num(now)} AND ttl_end > {st.sql_num(now)}")
+def removed_one(ctx: TubeContext, op: Op, task: int, who: str) -> DataFrame | None:
+    """Ack or delete ``task`` by one DELETE of its row where ``who`` holds its live
+    lease (the plan's ``one-task``): the removed task, its event sent; None
+    as :func:`committed_apart` says: the MERGE then applies the op or says
+    why not. One row is deleted or not: all or nothing, as every ack."""
+    path = ctx.layout.tasks(ctx.key)
+    tag = st.CommitTag.new(op.name, plan=plan.Settle.ONE_TASK.value)
 
+    def commit(_: int, now: float, sess: SparkSession) -> bool:
+        st.delete(sess, path, f"task_id = {int(task)} AND owner = {st.sql_literal(who, 'string')} "
+                              f"AND {st.effective_status(now)} = 'taken'")
+        return True
 
-def ack_one(ctx: TubeContext, task: int, who: str) -> DataFrame | None:
-    """Ack ``task`` by one DELETE of its row where ``who`` holds its live lease (the
-    plan's ``one-task``): the acked task, its ``ack`` event sent; None as
-    :func:`deleted_acking` says: the MERGE then acks it or says why not. One
-    row is deleted or not: all or nothing, as every ack."""
-    tag = st.CommitTag.new("ack", plan=plan.Settle.ONE_TASK.value)
-    version = deleted_acking(ctx, tag, lambda _, now: (
-        f"task_id = {int(task)} AND owner = {st.sql_literal(who, 'string')} "
-        f"AND {st.effective_status(now)} = 'taken'"))
+    version = committed_apart(ctx, op, tag, commit)
     if version is None:
         return None
     result = acked_rows(ctx, version, tag.token, [task])
-    ctx.emit(result, "ack")
+    ctx.emit(result, op.name)
     return result
 
 
-def deleted_acking(ctx: TubeContext, tag: st.CommitTag,
-                   condition: Callable[[int, float], str | None]) -> int | None:
-    """One DELETE from the tasks table, tagged ``tag``, of the rows where
-    ``condition(version, now)`` holds (the ack's guard, at the table's newest
-    version and the clock's now; None: no such ack there), retried on
-    conflicts: the version it committed. None where the condition was None,
-    the DELETE found no row (it then commits nothing), or it lost to
-    concurrent commits until the tube's conflict timeout."""
+def committed_apart(ctx: TubeContext, op: Op, tag: st.CommitTag,
+                    commit: Callable[[int, float, SparkSession], bool]) -> int | None:
+    """One statement on the tasks table, tagged ``tag``: ``commit(version, now,
+    session)`` runs it where its guard holds (at the table's newest version and
+    the clock's now; False: it does not apply there), retried on conflicts; the
+    version it committed. None where it did not apply, changed nothing (Delta
+    then commits nothing), or lost to concurrent commits until the tube's
+    conflict timeout."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
 
     def attempt() -> int | None:
         now = ctx.now()
         before = layout.latest_version(path)
-        held = condition(before, now)
-        if held is None:
-            return None
         with layout.tagged(tag) as sess:
-            st.delete(sess, path, held)
+            if not commit(before, now, sess):
+                return None
         found = layout.commit_of(path, tag.token, before)
         return None if found is None else found[0]
 
     try:
-        return ctx.retrying(attempt, what=f"ack on {ctx.name!r}")
+        return ctx.retrying(attempt, what=f"{op.name} on {ctx.name!r}")
     except Timeout:  # lost to concurrent commits: the MERGE's turn
         return None

@@ -80,10 +80,11 @@ def census_of(contexts: list[TubeContext], now: float
 def logged_calls(ctx: TubeContext) -> dict[str, int]:
     """Call counts from both tables' commit logs, read incrementally.
 
-    A commit counts the rows it changed under its operation's name (or
-    the count its tag holds, where its metrics have none), and the
-    expiries it wrote down (its tag's ttl, ttr and delay); commits of the
-    machinery (ingest, sweep, purge, ...) count only the latter.
+    A commit counts the tasks it changed under its operation's name: the
+    count its tag holds (``tasks``: a commit on a lease record's row changes
+    one row for all its tasks), else the rows its metrics say it changed;
+    and the expiries it wrote down (its tag's ttl, ttr and delay); commits
+    of the machinery (ingest, sweep, purge, ...) count only the latter.
     """
     total: dict[str, int] = {}
     for path in (ctx.layout.inbox(ctx.key), ctx.layout.tasks(ctx.key)):
@@ -96,7 +97,7 @@ def logged_calls(ctx: TubeContext) -> dict[str, int]:
                 counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
             if op in NOT_CALLS:
                 continue
-            if "tasks" in h["tag"]:  # its rows are not its tasks: a lease record's ack
+            if "tasks" in h["tag"]:  # its rows are not its tasks: a lease record's
                 name = CALL_NAME.get(op, op)
                 counts[name] = counts.get(name, 0) + int(h["tag"]["tasks"])
                 continue

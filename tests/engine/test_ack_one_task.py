@@ -99,3 +99,22 @@ def test_a_refused_ack_of_one_task_gets_the_merges_error_and_changes_nothing(
     assert version(t) == before, "nothing committed"
     assert [r["status"] for r in t.peek([1]).collect()] == [
         "ready" if case == "lease ended" else "taken"]
+
+
+
+def test_a_delete_of_tasks_the_caller_holds_is_one_delete_counted_as_a_delete(
+        sq: Queue) -> None:
+    """The DELETE of one task's row, or of a lease record's, serves a delete as it
+    serves an ack: the commit is the delete's, counted and sent as a delete."""
+    events: list[tuple[str, list[int]]] = []
+    for name, change_feed, deleted, plan in (("rows", True, [1], "one-task"),
+                                             ("record", False, [0, 1, 2], "one-record")):
+        t, before = portable(sq, name, change_feed=change_feed)
+        t.on_task_change(lambda tasks, kind: events.append((kind, ids(tasks))))
+        result = t.delete(deleted)
+        assert sorted((r["task_id"], r["status"]) for r in result.collect()) == [
+            (i, "done") for i in deleted]
+        assert plans(t, before) == [("DELETE", "delete", plan)]
+        calls = t.statistics()["calls"]
+        assert calls["delete"] == len(deleted) and not calls.get("ack")
+    assert events == [("delete", [1]), ("delete", [0, 1, 2])]

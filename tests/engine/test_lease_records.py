@@ -11,7 +11,7 @@ never brings back an acked batch. Each test runs on both engines.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -21,7 +21,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import sparkqueue
-from sparkqueue import Consumer, FakeClock, NotOwner, Queue, TaskNotFound, Tube
+from sparkqueue import Consumer, FakeClock, InvalidState, NotOwner, Queue, TaskNotFound, Tube
 from sparkqueue import store as st
 from sparkqueue.engine import ingest, records
 from sparkqueue.sweep import purge
@@ -203,6 +203,75 @@ def test_another_verb_on_recorded_tasks_writes_them_out_first(sq: Queue,
     assert ids(t.ack([0, 2, 4])) == [0, 2, 4]
     assert ids(t.take(5)) == [1, 3]
     assert t.statistics()["calls"]["take"] == 7, "the settle counts no call"
+
+
+@pytest.mark.parametrize("verb", ["release", "touch", "bury", "delete"])
+def test_the_owners_verb_on_a_recorded_batch_is_one_commit(
+        sq: Queue, spark: SparkSession, clock: FakeClock, verb: str) -> None:
+    """A release, touch, bury or delete of exactly the batch a record holds changes
+    every task in one commit (the accelerated engine rewrites or removes the
+    record's file; the portable one replaces its row by its tasks with the
+    verb's SET in one MERGE, or deletes it), counted and sent as the verb."""
+    t, batch, before = recorded(sq, ttr=30)
+    events: list[tuple[str, list[int]]] = []
+    t.on_task_change(lambda tasks, kind: events.append((kind, ids(tasks))))
+    calls: dict[str, Callable[[], DataFrame]] = {
+        "release": lambda: t.release(batch), "touch": lambda: t.touch(batch, 60),
+        "bury": lambda: t.bury(batch), "delete": lambda: t.delete(batch)}
+    result = calls[verb]()
+    status = {"release": "ready", "touch": "taken", "bury": "buried", "delete": "done"}[verb]
+    assert sorted((r["task_id"], r["status"]) for r in result.collect()) == [
+        (i, status) for i in range(5)]
+    assert [op for _, op in operations(t, before)[1:]] == [verb], "one commit"
+    assert stored(t, spark) == ([] if verb == "delete" else [(i, status) for i in range(5)])
+    assert t.statistics()["calls"][verb] == 5
+    assert events == [(verb, list(range(5)))]
+    clock.advance(31)  # the first lease's end: only a touched batch is still held
+    if verb == "touch":
+        assert ids(t.ack(batch)) == list(range(5))
+    elif verb != "delete":
+        assert {r["status"] for r in t.peek(list(range(5))).collect()} == {status}
+
+
+def test_a_verb_on_a_recorded_batch_whose_lease_ended_changes_nothing(
+        sq: Queue, spark: SparkSession, clock: FakeClock) -> None:
+    """The record's time has run out: the one commit on its row does not apply, and
+    the MERGE refuses the batch as it refuses any ended lease."""
+    t, batch, before = recorded(sq, ttr=30)
+    clock.advance(31)
+    with pytest.raises(InvalidState):
+        t.release(batch)
+    assert "release" not in [op for _, op in operations(t, before)]
+    assert {r["status"] for r in t.peek(list(range(5))).collect()} == {"ready"}
+
+
+@pytest.mark.parametrize("sq", ["portable"], indirect=True)
+def test_a_record_changed_before_the_merge_that_releases_it_releases_all_or_nothing(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Between the release's look at the record and its MERGE, another commit deletes
+    one of its tasks (writing the record out first). The MERGE, whose join holds
+    the lease's condition on the record's row, then changes nothing and commits
+    nothing; the statement path refuses the batch whole, naming the task gone."""
+    t, batch, before = recorded(sq)
+    other = sparkqueue.connect(spark, root, owner="admin", clock=clock,
+                               engine=sq.engine).tube("rec")
+    real = records.write_out
+    actions: list[Any] = []
+
+    def meanwhile(*args: Any, **kwargs: Any) -> Any:
+        monkeypatch.undo()
+        actions.append(args[3] if len(args) > 3 else kwargs.get("action"))
+        other.delete([2])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(records, "write_out", meanwhile)
+    with pytest.raises(TaskNotFound) as refused:
+        t.release(batch)
+    assert refused.value.task_ids == [2]
+    assert actions and actions[0] is not None, "the release's own write-out, not a settle"
+    assert stored(t, spark) == [(i, "taken") for i in (0, 1, 3, 4)], "nothing released"
+    assert "release" not in [op for _, op in operations(t, before)]
 
 
 def test_a_recorded_lease_that_ends_is_taken_again_and_refuses_the_old_ack(

@@ -59,12 +59,15 @@ def test_each_kind_of_take_tries_its_strategies_in_the_tables_order(
     (SettleFacts("accelerated", on_leases=True), [Settle.WHOLE_FILES, Settle.STATEMENT]),
     (SettleFacts("accelerated", on_leases=True, removes=True),
      [Settle.WHOLE_FILES, Settle.STATEMENT]),
-    (SettleFacts("portable", on_leases=True), [Settle.STATEMENT]),  # release, touch, bury
+    (SettleFacts("portable", on_leases=True),  # release, touch, bury: one lease record?
+     [Settle.ONE_RECORD, Settle.STATEMENT]),
     (SettleFacts("portable", on_leases=True, removes=True, one=True),
      [Settle.ONE_RECORD, Settle.ONE_TASK, Settle.STATEMENT]),
     (SettleFacts("portable", on_leases=True, removes=True),  # a batch: one lease record?
      [Settle.ONE_RECORD, Settle.STATEMENT]),
-    (SettleFacts("portable", on_leases=True, one=True), [Settle.STATEMENT]),  # release of one
+    (SettleFacts("portable", on_leases=True, one=True),  # release of one
+     [Settle.ONE_RECORD, Settle.STATEMENT]),
+    (SettleFacts("portable", on_leases=True, value=True), [Settle.STATEMENT]),
     (SettleFacts("accelerated", on_leases=False), [Settle.STATEMENT]),  # delete, dig, ...
     (SettleFacts("accelerated", on_leases=True, listed=False), [Settle.STATEMENT]),
     (SettleFacts("accelerated", on_leases=True, value=True), [Settle.STATEMENT]),  # done
