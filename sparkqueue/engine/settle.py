@@ -152,17 +152,23 @@ def removed_one(ctx: TubeContext, op: Op, task: int, who: str) -> DataFrame | No
 def committed_apart(ctx: TubeContext, op: Op, tag: st.CommitTag,
                     commit: Callable[[int, float, SparkSession], bool]) -> int | None:
     """One statement on the tasks table, tagged ``tag``: ``commit(version, now,
-    session)`` runs it where its guard holds (at the table's newest version and
-    the clock's now; False: it does not apply there), retried on conflicts; the
-    version it committed. None where it did not apply, changed nothing (Delta
-    then commits nothing), or lost to concurrent commits until the tube's
-    conflict timeout."""
+    session)`` runs it where its guard holds (the statement's condition holds
+    it; False: it does not apply at that version and the clock's now),
+    retried on conflicts; the version it committed. None where it did not
+    apply, changed nothing (Delta then commits nothing), or lost to
+    concurrent commits until the tube's conflict timeout.
+
+    The first try starts from the version this process knows, with no probe
+    of the log (a Spark job on the portable engine): the condition, not the
+    version, keeps the statement right, and its commit is found after that
+    version either way; a retry starts from the newest."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
+    tries = [layout.known_version]
 
     def attempt() -> int | None:
         now = ctx.now()
-        before = layout.latest_version(path)
+        before = (tries.pop() if tries else layout.latest_version)(path)
         with layout.tagged(tag) as sess:
             if not commit(before, now, sess):
                 return None

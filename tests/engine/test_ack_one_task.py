@@ -118,3 +118,20 @@ def test_a_delete_of_tasks_the_caller_holds_is_one_delete_counted_as_a_delete(
         calls = t.statistics()["calls"]
         assert calls["delete"] == len(deleted) and not calls.get("ack")
     assert events == [("delete", [1]), ("delete", [0, 1, 2])]
+
+
+def test_an_ack_after_commits_this_queue_has_not_seen_finds_its_own_commit(
+        sq: Queue) -> None:
+    """The DELETE starts from the version this Queue knows, without a look at the
+    log; other Queues' commits since come before its own, which it finds after
+    them."""
+    t, _ = portable(sq, "unseen", n=4, change_feed=True)
+    other = sparkqueue.connect(sq.spark, sq.root, owner=sq.owner, clock=sq.clock,
+                               engine="portable").tube("unseen")
+    known = t.context.layout.known_version(t.context.layout.tasks("unseen"))
+    assert ids(other.ack([0])) == [0] and ids(other.ack([1])) == [1]
+    assert ids(t.ack([2])) == [2]
+    assert plans(t, known) == [("DELETE", "ack", "one-task")] * 3
+    assert t.statistics()["calls"]["ack"] == 3
+    with pytest.raises(TaskNotFound):
+        t.ack([0])
