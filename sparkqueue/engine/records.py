@@ -253,9 +253,9 @@ def write_out(ctx: TubeContext, sess: SparkSession, picked: list[Record],
               action: dict[str, str] | None = None,
               holds_row: Callable[[str], str] | None = None) -> None:
     """One MERGE that deletes the rows of the records ``picked`` and inserts their
-    tasks (with ``action``'s SET, ``ops.action_set``, applied); on a record
-    whose row ``holds_row(prefix)`` (SQL on the row, its columns named with
-    ``prefix``) passes over, where given.
+    tasks (with ``action``'s SET, ``ops.action_set``, applied); given
+    ``holds_row`` (SQL on a record's row, its columns named with the prefix it
+    is called with), only for the records whose row it holds for.
 
     Its source keeps only the tasks of records present (and so held) in the
     MERGE's own snapshot: Delta plans that read of the target on it and checks
