@@ -100,10 +100,12 @@ def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: i
     """The rows an ingest+take from ``cursor`` writes: every put up to inbox version
     ``upto``; or, where the puts' tags tell that a ``head_only`` driver leases
     their first rows, those alone when they are at least half the rows of the
-    put files that hold them, else those files whole (a take reads them whole:
-    a small take of a big put ingests the files that hold its tasks, and the
-    next takes take whole task files), while the cursor's partial rows stay in
-    bounds. What a take of new puts writes so follows its size, not the puts'."""
+    put files that hold them, else those files' rows up to one task file's
+    (``TASK_FILE_ROWS``) from the first (a take reads them whole: a small take
+    of a big put ingests a task file's worth, as the next take's rewrite of that
+    file would write, and the next takes take whole task files), while the
+    cursor's partial rows stay in bounds. What a take of new puts writes so
+    follows its size, not the puts'."""
     every, next_id = ctx.layout.put_files(ctx.key, cursor, upto)
     start = cursor.first_pending
     puts = within(every, next_id, start, next_id)
@@ -112,7 +114,8 @@ def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: i
     if rows is not None:
         bound = rows[1] + 1
         if 2 * (bound - start) < rows_held(puts, next_id, start, bound):
-            bound = files_end(puts, next_id, bound)
+            bound = min(files_end(puts, next_id, bound),
+                        max(bound, start + st.schema.TASK_FILE_ROWS))
         part = advanced(cursor, every, next_id, upto, bound)
         if part.partial < st.schema.PARTIAL_ROWS:
             after = part

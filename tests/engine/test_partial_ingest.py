@@ -218,6 +218,28 @@ def test_a_small_take_of_a_big_put_ingests_the_put_files_that_hold_its_tasks(
 
 
 @pytest.mark.parametrize("engine", ["accelerated", "portable"])
+def test_a_small_take_of_a_put_file_past_a_task_files_size_ingests_one_task_files_rows(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
+    """A put file bigger than a task file is not ingested whole by a take of a few
+    of its rows: the take writes one task file's rows (its own tasks first), as
+    the next take's rewrite of that file would, and the rest waits in the inbox."""
+    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 10)
+    monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 4)
+    sq = sparkqueue.connect(spark, sq.root, owner="consumer-a", clock=sq.clock, engine=engine)
+    t = primed(sq, "part4", "fifottl", change_feed=False)
+    t.put(spark.range(10).coalesce(1).selectExpr("id AS n"))  # one put file of 10 rows
+    before = tasks_version(t)
+    assert ids(t.take(1)) == [1]
+    assert operations(t, before) == [("WRITE", "ingest+take")]
+    assert stored_ids(t) == [1, 2, 3, 4], "one task file's rows, not the put file's ten"
+    assert t.context.layout.cursor("part4").partial == 4
+    assert ids(t.take(6)) == [2, 3, 4, 5, 6, 7]
+    assert ids(t.take(5)) == [8, 9, 10]
+    assert stored_ids(t) == list(range(1, 11)), "each task once"
+    assert t.context.layout.cursor("part4").partial == 0
+
+
+@pytest.mark.parametrize("engine", ["accelerated", "portable"])
 def test_a_take_from_the_tasks_table_ingests_puts_that_come_before_its_tasks(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     """Tasks the tasks table holds go first only where no waiting put may come
