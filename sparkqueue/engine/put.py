@@ -142,7 +142,7 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
              event: str, txn: tuple[str, int] | None) -> DataFrame | Task | None:
     """:func:`write_put`, with the tube's payload schema as read now."""
     layout = ctx.layout
-    inbox = layout.inbox(ctx.key)
+    inbox, tasks = layout.inbox(ctx.key), layout.tasks(ctx.key)
     tube_schema = payload_schema(ctx)
     frame, payload = payload_of(ctx, data, tube_schema)
     rows, put = put_rows(ctx, frame, payload, opts, urgent)
@@ -158,8 +158,10 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
             return empty(ctx)
         if time.monotonic() > deadline:
             raise Timeout(f"put to {ctx.name!r} kept losing its turn to other puts")
-        anchor = layout.cursor(ctx.key)  # ids count from here; read before the append
-        before = layout.latest_version(inbox)
+        # ids count from the cursor, read before the append; both tables' newest
+        # versions in one look (one Spark job on the portable engine, not one each)
+        newest = layout.latest_versions([inbox, tasks])
+        anchor, before = layout.cursor(ctx.key, at=newest[tasks]), newest[inbox]
         if capacity and txn is None:
             # Puts of a capacity tube commit in turn: each records the capacity
             # transaction id at one past the last one's, read before it counts the

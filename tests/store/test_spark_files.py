@@ -79,12 +79,13 @@ def test_a_path_a_glob_would_misread_asks_delta(spark: SparkSession, tmp_path: P
 
 
 @pytest.mark.parametrize("catalog", [False, True], ids=["path root", "catalog root"])
-def test_a_take_probes_its_tables_newest_versions_once_together(
+def test_a_take_or_a_put_probes_its_tables_newest_versions_once_together(
         spark: SparkSession, root: str, clock: Any, catalog: bool) -> None:
-    """Its choice reads the file statistics at the version its commit read just
-    before (``Layout.known_version``), and the inbox's newest version and the
-    tasks table's are looked for in one probe: on the portable engine each probe
-    is a Spark job. On a catalog root too: the probe reads the log files where
+    """A take's choice reads the file statistics at the version its commit read
+    just before (``Layout.known_version``), and the inbox's newest version and
+    the tasks table's are looked for in one probe: on the portable engine each
+    probe is a Spark job. A put's too (its ids count from the cursor the tasks
+    table holds). On a catalog root too: the probe reads the log files where
     the catalog says the tables are."""
     import sparkqueue
 
@@ -113,7 +114,9 @@ def test_a_take_probes_its_tables_newest_versions_once_together(
         probes.clear()
         assert len(t.take(n).collect()) == n
         assert probes == [sorted([inbox, tasks])], (n, probes)
+    probes.clear()
     t.put([{"n": 30}])  # a put since: the take ingests it, and probes no more
+    assert probes == [sorted([inbox, tasks])], probes
     probes.clear()
     assert t.take(30).count() == 24
     assert [p for p in probes if tasks in p] == [sorted([inbox, tasks])], probes
