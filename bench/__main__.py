@@ -30,7 +30,7 @@ The engines section (bench/engines.py) times take(1,000), take(1) + ack(1),
 a drain by take + ack (ingest included) and a Consumer drain on the
 accelerated engine, the portable one, and the portable one as a Spark
 Connect client of a local server, with their ratios, and reports the
-portable engine's targets (``TARGETS``); each engine's drains follow a
+portable engine's targets (``TARGETS``); each engine's figures follow a
 warm-up drain of --engines-warmup tasks. It also times, on each engine, a
 put of the rows then the first take(1) less the next (put to takeable)
 against a plain Delta write of them, and take(1,000) with window 1 over
@@ -293,7 +293,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help=f"which to run, comma-separated: {','.join(SECTIONS)}")
     parser.add_argument("--engines-warmup", type=int, default=200_000,
                         help="tasks each engine of the engines section drains before "
-                             "its timed drain")
+                             "anything of it is timed")
     parser.add_argument("--shard-rows", type=int, default=200_000,
                         help="tasks of the shards section's drains")
     parser.add_argument("--shard-single-rows", type=int, default=20_000,

@@ -1,6 +1,10 @@
 """The benchmark's engines section: the portable engine beside the accelerated one.
 
-In one run, on tubes of --rows tasks (fifottl, ingested first):
+In one run, on tubes of --rows tasks (fifottl, ingested first), each engine's
+figures after a warm-up drain of --drain-warmup tasks on a tube of their own,
+the same for every engine (the Connect server is a new process, the classic
+session is not: without it, the client's first figures would carry the
+server's warm-up):
 
 - take(1,000): a median of --repeat runs after a warm-up run, each followed by
   ``release_all``; take(1) and the ack of what it took, as many times, beside
@@ -10,10 +14,8 @@ In one run, on tubes of --rows tasks (fifottl, ingested first):
   of --drain-batch (the README's loop), on a tube whose puts are not ingested
   yet: ingest included;
 - a drain of every task by a ``Consumer`` in batches of --drain-batch, in
-  tasks per second, after a warm-up drain of --drain-warmup tasks on a tube
-  of their own (the same for every engine): what a session that has run a
-  while drains, where a new worker's drain, JVM start and warm-up included,
-  is the e2e section's;
+  tasks per second: what a session that has run a while drains, where a new
+  worker's drain, JVM start and warm-up included, is the e2e section's;
 - put to takeable: a put of every row into a new tube, then its first take(1),
   less the next take(1), against a plain Delta write of the same rows
   (:func:`put_to_takeable`);
@@ -225,14 +227,14 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
                  repeat: int, warmup: int) -> dict[str, float]:
     """take(1000), take(1) + ack(1), a drain by take + ack, a Consumer drain, put to
     takeable and a sub-queue take on ``sq``'s engine; figures named ``prefix``...
-    ``warmup``: tasks drained on a tube of their own before the timed drains."""
+    ``warmup``: tasks drained on a tube of their own before anything is timed."""
+    if warmup:
+        consume_all(ingested(sq, f"{prefix}warmup", "fifottl", rows.limit(warmup)), batch)
     figures = verb_figures({prefix: sq}, rows, repeat)
     figures[f"{prefix}plain_update_delete_1_s"] = plain_update_delete(
         sq.spark, f"{sq.root}/{prefix}plain", rows, repeat)
     figures[f"{prefix}take_ack_1_vs_plain_ratio"] = (figures[f"{prefix}take_ack_1_s"]
                                                      / figures[f"{prefix}plain_update_delete_1_s"])
-    if warmup:
-        consume_all(ingested(sq, f"{prefix}warmup", "fifottl", rows.limit(warmup)), batch)
     looped = sq.create_tube(f"{prefix}loop", "fifottl")
     looped.put(rows)
     start = time.perf_counter()
