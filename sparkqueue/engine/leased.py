@@ -25,7 +25,7 @@ from .. import store as st
 from ..errors import Timeout
 from ..store import CommitTag
 from .context import TubeContext
-from .fresh import acked_result
+from .fresh import settled_result
 from .ops import action_set, lease_context
 from .plan import Settle
 from .records import task_rows, with_action
@@ -86,10 +86,4 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
         return None
     if version is None:
         return None
-    if op.action is None:
-        result = acked_result(ctx, version, tag.token, ids, removed)
-    else:
-        result = ctx.layout.changed_at(ctx.key, version, tag.token, ids[0], ids[-1]).select(
-            *st.PUBLIC_COLUMNS)
-    ctx.emit(result, op.name)
-    return result
+    return settled_result(ctx, op, version, tag.token, ids, removed)

@@ -14,7 +14,7 @@ from .. import validate
 from ..errors import Timeout
 from . import plan, records
 from .context import TubeContext
-from .fresh import acked_result
+from .fresh import settled_result
 from .ingest import empty
 from .leased import on_whole_files
 from .ops import acked_rows, action_set, collected_ids, lease_context, mutate
@@ -121,11 +121,7 @@ def on_record(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFrame |
     version = committed_apart(ctx, op, tag, commit)
     if version is None:
         return None
-    result = (acked_result(ctx, version, tag.token, ids, found) if op.action is None
-              else layout.changed_at(ctx.key, version, tag.token, ids[0], ids[-1])
-              .select(*st.PUBLIC_COLUMNS))
-    ctx.emit(result, op.name)
-    return result
+    return settled_result(ctx, op, version, tag.token, ids, found)
 
 
 def removed_one(ctx: TubeContext, op: Op, task: int, who: str) -> DataFrame | None:
