@@ -2,9 +2,9 @@
 
 In one run, on tubes of --rows tasks (fifottl, ingested first), each engine's
 figures after a warm-up drain of --drain-warmup tasks on a tube of their own,
-the same for every engine (the Connect server is a new process, the classic
-session is not: without it, the client's first figures would carry the
-server's warm-up):
+the same for every engine, so that none is timed colder than another (the
+Connect server is a new process; the classic session has run the engines
+before it):
 
 - take(1,000): a median of --repeat runs after a warm-up run, each followed by
   ``release_all``; take(1) and the ack of what it took, as many times, beside

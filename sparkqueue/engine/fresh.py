@@ -34,7 +34,7 @@ from .plan import COLLECT_UPTO, Strategy
 from .records import with_action
 from .verbs import Op
 
-__all__ = ["take_fresh", "leased_result", "acked_result", "settled_result"]
+__all__ = ["take_fresh", "leased_result", "acked_result"]
 
 
 def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
@@ -320,19 +320,6 @@ def acked_result(ctx: TubeContext, version: int, token: str, ids: list[int],
     if len(held) < len(removed) or not removed:
         frames.append(acked_rows(ctx, version, token, ids))
     return st.union(frames)
-
-
-def settled_result(ctx: TubeContext, op: Op, version: int, token: str, ids: list[int],
-                   removed: list[str]) -> DataFrame:
-    """What a verb on the caller's own leases (``ids``, sorted) returns when its
-    commit ``version`` (tagged ``token``) removed whole files or one lease
-    record (``removed``): an ack's or a delete's tasks as acked
-    (:func:`acked_result`), another verb's as it changed them; its event sent."""
-    result = (acked_result(ctx, version, token, ids, removed) if op.action is None
-              else ctx.layout.changed_at(ctx.key, version, token, ids[0], ids[-1])
-              .select(*st.PUBLIC_COLUMNS))
-    ctx.emit(result, op.name)
-    return result
 
 
 def noting_leased(ctx: TubeContext, written: list[dict[str, Any]], count: int,

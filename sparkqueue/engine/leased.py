@@ -25,13 +25,13 @@ from .. import store as st
 from ..errors import Timeout
 from ..store import CommitTag
 from .context import TubeContext
-from .fresh import settled_result
+from .fresh import acked_result
 from .ops import action_set, lease_context
 from .plan import Settle
 from .records import task_rows, with_action
 from .verbs import Op
 
-__all__ = ["on_whole_files"]
+__all__ = ["on_whole_files", "settled_result"]
 
 
 def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFrame | None:
@@ -87,3 +87,16 @@ def on_whole_files(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFr
     if version is None:
         return None
     return settled_result(ctx, op, version, tag.token, ids, removed)
+
+
+def settled_result(ctx: TubeContext, op: Op, version: int, token: str, ids: list[int],
+                   removed: list[str]) -> DataFrame:
+    """What a verb on the caller's own leases (``ids``, sorted) returns when its
+    commit ``version`` (tagged ``token``) removed whole files or one lease
+    record (``removed``): an ack's or a delete's tasks as acked
+    (:func:`acked_result`), another verb's as it changed them; its event sent."""
+    result = (acked_result(ctx, version, token, ids, removed) if op.action is None
+              else ctx.layout.changed_at(ctx.key, version, token, ids[0], ids[-1])
+              .select(*st.PUBLIC_COLUMNS))
+    ctx.emit(result, op.name)
+    return result

@@ -14,9 +14,8 @@ from .. import validate
 from ..errors import Timeout
 from . import plan, records
 from .context import TubeContext
-from .fresh import settled_result
 from .ingest import empty
-from .leased import on_whole_files
+from .leased import on_whole_files, settled_result
 from .ops import acked_rows, action_set, collected_ids, lease_context, mutate
 from .records import Record
 from .verbs import ACK, Op
