@@ -202,7 +202,10 @@ class Consumer:
         MERGE), then, when that shard had nothing ready, a take on the others.
         When the take is refused (a lease lost while the handler ran) or loses
         every try to other consumers, the acks are tried alone, as ``ack``
-        would, then the take."""
+        would, then the take. When the storage fails it, the acks stay for the
+        next take: they may not have landed, and dropping them would hand
+        their tasks out again once their leases end; where they had landed
+        (the answer lost), the next take finds them gone and refuses them."""
         tube, acks = self.tube, self._acks
         self._acks = []
         contexts = [part.context for part in tube.parts]  # a sharded tube's shards
@@ -213,6 +216,9 @@ class Consumer:
             try:
                 batch = home.guarded(lambda: take_once(home, self.batch_size, who, window,
                                                        acks, self.take_timeout))
+            except StorageError:
+                self._acks = acks
+                raise
             except QueueError:
                 self.progress.done += self._apply(tube.ack, acks)
             else:

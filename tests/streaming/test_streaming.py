@@ -22,6 +22,7 @@ from sparkqueue import (
     NotOwner,
     NotSupported,
     Queue,
+    StorageError,
     Timeout,
     worker,
 )
@@ -371,6 +372,64 @@ def test_a_consumer_whose_take_with_acks_kept_conflicting_still_acks_the_batch(
     assert progress.done == 4
     stats = t.statistics()["tasks"]
     assert stats["done"] == 4 and stats["taken"] == 0
+
+
+def test_a_consumer_keeps_the_acks_a_failing_storage_refused_for_its_next_take(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The storage fails the take that carries the previous batch's acks, and an ack
+    alone would fail too: the acks are not dropped (their tasks handed out again
+    once their leases end) but carried by the next take. Each task is handled
+    once, every one is done, none is left leased."""
+    t = sq.create_tube("flaky", "fifottl")
+    t.put([{"n": i} for i in range(4)])
+    original = take_once_of_the_engine
+    failed: list[list[int]] = []
+    seen: list[list[int]] = []
+
+    def take_once(ctx, n, who, win, acking=None, *rest):  # type: ignore[no-untyped-def]
+        if acking and not failed:
+            failed.append(list(acking))
+            raise StorageError(ctx.name, "S3 answered 503 Slow Down", transient=True)
+        return original(ctx, n, who, win, acking, *rest)
+
+    def ack_down(*args, **kwargs):  # type: ignore[no-untyped-def]
+        raise StorageError("flaky", "S3 answered 503 Slow Down", transient=True)
+
+    monkeypatch.setattr(worker, "take_once", take_once)
+    monkeypatch.setattr(t, "ack", ack_down)  # the storage is down for an ack alone too
+    progress = Consumer(t, lambda batch: seen.append(ids(batch)), batch_size=2,
+                        take_timeout=0, idle_timeout=0).run()
+    assert failed == [[0, 1]] and seen == [[0, 1], [2, 3]], "each task handled once"
+    assert "StorageError" in (progress.last_error or "") and progress.done == 4
+    stats = t.statistics()["tasks"]
+    assert stats["done"] == 4 and stats["taken"] == 0
+
+
+def test_a_consumer_whose_take_with_acks_lost_its_answer_finds_the_acks_gone(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The take that carries the acks commits, and the storage loses its answer: the
+    next take carries them again and is refused (they are gone), which is recorded;
+    ``done`` leaves them out. The tasks that take leased unseen stay leased until
+    their leases end, as a killed consumer's do."""
+    t = sq.create_tube("lost", "fifottl")
+    t.put([{"n": i} for i in range(4)])
+    original = take_once_of_the_engine
+    lost: list[list[int]] = []
+
+    def take_once(ctx, n, who, win, acking=None, *rest):  # type: ignore[no-untyped-def]
+        taken = original(ctx, n, who, win, acking, *rest)
+        if acking and not lost:
+            lost.append(list(acking))
+            raise StorageError(ctx.name, "the connection dropped", transient=True)
+        return taken
+
+    monkeypatch.setattr(worker, "take_once", take_once)
+    progress = Consumer(t, lambda batch: None, batch_size=2, take_timeout=0,
+                        idle_timeout=0).run()
+    assert lost == [[0, 1]] and progress.done == 0
+    assert "TaskNotFound" in (progress.last_error or "")
+    stats = t.statistics()["tasks"]
+    assert stats["done"] == 2 and stats["taken"] == 2
 
 
 def test_consumer_stops_on_sigterm_and_a_raising_handler_fails_its_batch(sq: Queue) -> None:
