@@ -30,7 +30,8 @@ which runs this file with ``SPARK_REMOTE`` set. Ratios are each engine's time
 over the accelerated engine's. The client also runs take(1,000), take(1) +
 ack(1) and the Consumer's drain on a catalog root (``spark_catalog.<schema>``),
 each against the same figure on a path root timed in turns with it
-(:func:`catalog_figures`).
+(:func:`catalog_figures`), the verbs' medians of at least
+:data:`CATALOG_REPEAT` runs.
 
     python -m bench.engines --rows 1000000 --json out.json   # as a client: SPARK_REMOTE=...
 """
@@ -247,17 +248,24 @@ def bench_engine(sq: sparkqueue.Queue, rows: DataFrame, prefix: str, batch: int,
     return figures
 
 
+#: The fewest runs whose median a catalog figure takes: its ratio is near 1 and its
+#: bound 1.1, close enough that the median of a few runs would meet it or not by
+#: the host's noise.
+CATALOG_REPEAT = 9
+
+
 def catalog_figures(spark: SparkSession, root: str, rows: DataFrame, batch: int,
                     repeat: int) -> dict[str, float]:
     """take(1,000), take(1) + ack(1) and a Consumer's drain on a catalog root
     (``spark_catalog.<schema>``: managed tables), each over the same figure on a
     path root under ``root`` (``connect_catalog_path_``) as a ratio: the verbs'
-    runs in turns with the path root's, the drains one after the other; run
-    after :func:`bench_engine`, both on a warm session."""
+    runs (``repeat``, at least :data:`CATALOG_REPEAT`) in turns with the path
+    root's, the drains one after the other; run after :func:`bench_engine`,
+    both on a warm session."""
     catalog = sparkqueue.connect(spark, f"spark_catalog.sq_bench_{os.getpid()}", owner="bench")
     path = sparkqueue.connect(spark, f"{root}/again", owner="bench")
     figures = verb_figures({"connect_catalog_": catalog, "connect_catalog_path_": path},
-                           rows, repeat)
+                           rows, max(repeat, CATALOG_REPEAT))
     for sq, prefix in ((catalog, "connect_catalog_"), (path, "connect_catalog_path_")):
         figures.update(consumer_drain(sq, rows, prefix, batch))
     for figure in ("take_1000", "take_ack_1", "drain"):
