@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import shutil
 import uuid
+from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 from pyspark.sql import SparkSession
@@ -99,3 +102,34 @@ def test_a_root_that_is_neither_a_path_nor_a_schema_is_refused(
         spark: SparkSession, root: str) -> None:
     with pytest.raises(InvalidOption, match="catalog schema"):
         sparkqueue.connect(spark, root)
+
+
+@pytest.mark.parametrize("engine", ["accelerated", "portable"])
+def test_a_table_the_catalog_moved_is_found_where_it_now_is(
+        spark: SparkSession, clock: FakeClock, engine: str, tmp_path: Path) -> None:
+    """A tube's tasks table moved (its files copied elsewhere, the catalog pointed
+    there, the old folder deleted) after this Queue remembered where it was: the
+    next take looks where the catalog now says, takes from the moved table, and
+    writes nothing where the table was."""
+    root = catalog_root()
+    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine=engine)
+    t = sq.create_tube("m", "fifo")
+    t.put([{"n": i} for i in range(3)])
+    assert ids(t.take(1)) == [0]
+    name = f"{root}.m__tasks"
+    old = Path(urlparse(location(spark, name)).path)
+    moved = tmp_path / "moved_tasks"
+    shutil.copytree(old, moved)
+    spark.sql(f"ALTER TABLE {name} SET LOCATION '{moved.as_uri()}'")
+    shutil.rmtree(old)
+    assert ids(t.take(1)) == [1]
+    assert ids(t.ack([0, 1])) == [0, 1]
+    assert not old.exists(), "nothing written where the table was"
+    assert urlparse(location(spark, name)).path == str(moved)
+    assert t.statistics()["tasks"]["done"] == 2
+    assert ids(t.take(1)) == [2]
+
+
+def location(spark: SparkSession, name: str) -> str:
+    rows = spark.sql(f"DESCRIBE TABLE EXTENDED {name}").collect()
+    return next(str(r[1]) for r in rows if r[0] == "Location")
