@@ -17,8 +17,8 @@ before it):
   tasks per second: what a session that has run a while drains, where a new
   worker's drain, JVM start and warm-up included, is the e2e section's;
 - put to takeable: a put of every row into a new tube, then its first take(1),
-  less the next take(1), against a plain Delta write of the same rows
-  (:func:`put_to_takeable`);
+  less the next take(1), against a plain Delta write of the same rows, medians
+  of --repeat of each, in turns (:func:`put_to_takeable`);
 - take(1,000) with window 1 on a utubettl tube of 1,000 sub-queues of 100 tasks
   (:func:`sub_queue_take`);
 
@@ -133,15 +133,26 @@ def medians(repeat: int, fn: Callable[[], Any], after: Callable[[], Any] | None 
 def interleaved(repeat: int, runs: dict[str, tuple[Callable[[], Any], Callable[[], Any] | None]],
                 ) -> dict[str, float]:
     """:func:`medians` of each of ``runs`` (name: what is timed, what runs after it,
-    untimed), their runs taken in turns, the order reversed every other turn,
-    so that none of them gains from coming later in a warming session."""
-    times: dict[str, list[float]] = {name: [] for name in runs}
-    for i in range(repeat + 1):
-        for name in (list(runs) if i % 2 == 0 else list(reversed(runs))):
-            fn, after = runs[name]
+    untimed), their runs taken in turns (:func:`in_turns`)."""
+    def measured(fn: Callable[[], Any], after: Callable[[], Any] | None) -> Callable[[], float]:
+        def run() -> float:
             took = timed(fn)
             if after is not None:
                 after()
+            return took
+        return run
+    return in_turns(repeat, {name: measured(*run) for name, run in runs.items()})
+
+
+def in_turns(repeat: int, runs: dict[str, Callable[[], float]]) -> dict[str, float]:
+    """The median of ``repeat`` runs of each of ``runs`` (name: a run, which gives its
+    own seconds) after a warm-up run, taken in turns, the order reversed every
+    other turn, so that none of them gains from coming later in a warming
+    session."""
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(repeat + 1):
+        for name in (list(runs) if i % 2 == 0 else list(reversed(runs))):
+            took = runs[name]()
             if i:  # the first turn is the warm-up
                 times[name].append(took)
     return {name: statistics.median(t) for name, t in times.items()}
@@ -199,18 +210,25 @@ def put_to_takeable(sq: sparkqueue.Queue, rows: DataFrame, prefix: str,
                     repeat: int) -> dict[str, float]:
     """Put of ``rows`` into a new tube, then its first take(1), less the next take(1):
     what a put costs until its tasks can be taken. Its baseline: a plain Delta
-    write of the same rows into a new table, the median of --repeat after a
-    warm-up write (the same session has written such tables before)."""
-    tube = sq.create_tube(f"{prefix}fresh", "fifottl")
-    put = timed(lambda: tube.put(rows))
-    first = timed(lambda: tube.take(1))
-    second = timed(lambda: tube.take(1))
-    paths = iter(range(repeat + 1))
-    write = medians(repeat, lambda: rows.write.format("delta").save(
-        f"{sq.root}/{prefix}written_{next(paths)}"))
-    return {f"{prefix}put_to_takeable_s": put + first - second,
-            f"{prefix}plain_write_s": write,
-            f"{prefix}put_to_takeable_ratio": (put + first - second) / write}
+    write of the same rows into a new table. Each the median of --repeat runs
+    after a warm-up run, puts and writes in turns (:func:`in_turns`), each put
+    into a tube of its own."""
+    turns = iter(range(1 << 30))
+
+    def put_then_take() -> float:
+        tube = sq.create_tube(f"{prefix}fresh{next(turns)}", "fifottl")
+        put = timed(lambda: tube.put(rows))
+        first = timed(lambda: tube.take(1))
+        return put + first - timed(lambda: tube.take(1))
+
+    def write() -> float:
+        return timed(lambda: rows.write.format("delta").save(
+            f"{sq.root}/{prefix}written_{next(turns)}"))
+
+    took = in_turns(repeat, {"put": put_then_take, "write": write})
+    put, written = took["put"], took["write"]
+    return {f"{prefix}put_to_takeable_s": put, f"{prefix}plain_write_s": written,
+            f"{prefix}put_to_takeable_ratio": put / written}
 
 
 def sub_queue_take(sq: sparkqueue.Queue, prefix: str, repeat: int,

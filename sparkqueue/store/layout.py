@@ -156,8 +156,13 @@ class Layout(LogReader):
         ``Tube.changes`` streams). It writes every changed row twice more
         (before and after images): the largest cost a big take pays beyond
         a plain MERGE.
+
+        A table this call created is at version 0, written down: the first
+        verb's look for the newest version then starts there (the portable
+        engine: one Spark job for both tables, where a table of no known
+        version is asked of Delta, a command for each).
         """
-        _create_table(
+        made = _create_table(
             self.spark, self.inbox(tube),
             T.StructType([T.StructField(n, t) for n, t in INBOX_COLUMNS]),
             # Deletion vectors only for what they make Delta expose: a row's place in
@@ -173,7 +178,7 @@ class Layout(LogReader):
              CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)},
             self.exists,
         )
-        _create_table(
+        made_tasks = _create_table(
             self.spark, self.tasks(tube),
             T.StructType([T.StructField(n, t) for n, t in TASK_COLUMNS]),
             {
@@ -189,6 +194,9 @@ class Layout(LogReader):
             },
             self.exists,
         )
+        for path, created in ((self.inbox(tube), made), (self.tasks(tube), made_tasks)):
+            if created:
+                self.note_version(path, 0)
 
     def write_marker(self, tube: str, since: Cursor, cursor: Cursor,
                      runs: list[DataFrame]) -> None:
