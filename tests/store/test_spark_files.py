@@ -147,3 +147,24 @@ def test_a_take_and_its_ack_read_each_commit_file_once(
     commits = [f for f in read if f.endswith(".json")]
     assert commits and len(commits) == len(set(commits)), commits
     assert t.statistics()["tasks"]["done"] == 7
+
+
+@pytest.mark.parametrize("catalog", [False, True], ids=["path root", "catalog root"])
+def test_a_tube_made_here_is_put_to_without_asking_delta_for_its_versions(
+        spark: SparkSession, root: str, clock: Any, catalog: bool) -> None:
+    """The tables ``create_tube`` made are at version 0, written down: the first
+    put looks for their newest versions from there, in the commit files, not
+    with Delta's history command (a command for each table)."""
+    import sparkqueue
+
+    root = f"spark_catalog.sq_{uuid.uuid4().hex[:12]}" if catalog else root
+    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    t = sq.create_tube("made", "fifottl")
+    layout = t.context.layout
+    assert isinstance(layout.files, SparkFiles)
+    layout.files.spark = NoHistory(spark)  # type: ignore[assignment]
+    try:
+        t.put([{"n": i} for i in range(3)])
+    finally:
+        layout.files.spark = spark
+    assert sorted(r["data"]["n"] for r in t.take(3).collect()) == [0, 1, 2]
