@@ -53,7 +53,7 @@ from .filestats import STATS_COLUMNS
 from .frames import is_dataframe
 from .jvm import HadoopFiles, delta_classes, jvm_of
 from .log import LogReader, commit_info
-from .paths import NO_TABLE, append, shard_key
+from .paths import NO_TABLE, append, shard_key, tagging
 from .portable import PortableStore
 from .protocol import Store
 from .schema import (
@@ -460,14 +460,17 @@ REGISTRY_SCHEMA = T.StructType([T.StructField("name", T.StringType()),
 
 def _create_table(spark: SparkSession, path: str, schema: T.StructType,
                   properties: dict[str, str], exists: Callable[[str], bool]) -> bool:
-    """Create a Delta table at ``path`` unless it exists; True if this call created it."""
+    """Create a Delta table at ``path`` unless it exists; True if this call created it.
+    Its first commit is tagged ``create``, as sparkqueue's others are (not with
+    whatever ``userMetadata`` the caller's session holds)."""
     if exists(path):
         return False
     columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in schema.fields)
     props = ", ".join(f"'{k}' = '{v}'" for k, v in properties.items())
     try:
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {sql_table(path)} ({columns}) USING delta"
-                  + (f" TBLPROPERTIES ({props})" if props else ""))
+        with tagging(spark, CommitTag.new("create")) as sess:
+            sess.sql(f"CREATE TABLE IF NOT EXISTS {sql_table(path)} ({columns}) USING delta"
+                     + (f" TBLPROPERTIES ({props})" if props else ""))
     except Exception as e:  # another process created it first, or is creating it
         problem = f"cannot create a Delta table here: {first_line(e)}"
         if any(m in str(e) for m in NOT_WRITABLE):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -252,14 +253,44 @@ def settings(spark: SparkSession, values: dict[str, str]) -> Iterator[SparkSessi
     """``spark`` with ``values`` set for the block, then as it was: a block inside
     another (an operation a callback or a test runs while one is under way, in
     the same thread) leaves the outer one's tag in place."""
-    previous = {name: spark.conf.get(name, None) for name in values}
-    for name, value in values.items():
-        spark.conf.set(name, value)
+    previous = _configure(spark, get=list(values))
+    _configure(spark, set=values)
     try:
         yield spark
     finally:
-        for name, was in previous.items():
-            if was is None:
-                spark.conf.unset(name)
-            else:
-                spark.conf.set(name, was)
+        _configure(spark, set={k: v for k, v in previous.items() if v is not None},
+                   unset=[k for k, v in previous.items() if v is None])
+
+
+def _configure(spark: SparkSession, get: list[str] | None = None,
+               set: dict[str, str] | None = None,  # noqa: A002 (the operation's name)
+               unset: list[str] | None = None) -> dict[str, str | None]:
+    """Read the settings ``get`` of ``spark`` (None: not set), or set ``set``, or
+    unset ``unset``. A Spark Connect client sends each kind in one Config call to
+    its server (``RuntimeConf`` would send one per setting: a round trip each,
+    twelve for a tagged commit's settings, where these make three)."""
+    if not is_connect(spark):
+        for name, value in (set or {}).items():
+            spark.conf.set(name, value)
+        for name in unset or []:
+            spark.conf.unset(name)
+        return {name: spark.conf.get(name, None) for name in get or []}
+    from pyspark.sql.connect import proto
+
+    request = proto.ConfigRequest
+    operations = []
+    if get:
+        operations.append(request.Operation(get_with_default=request.GetWithDefault(
+            pairs=[proto.KeyValue(key=name) for name in get])))
+    if set:
+        operations.append(request.Operation(set=request.Set(
+            pairs=[proto.KeyValue(key=k, value=v) for k, v in set.items()])))
+    if unset:
+        operations.append(request.Operation(unset=request.Unset(keys=unset)))
+    found: dict[str, str | None] = {}
+    for operation in operations:
+        result = spark.client.config(operation)
+        for warning in result.warnings:
+            warnings.warn(warning, stacklevel=3)
+        found.update(result.pairs if operation.HasField("get_with_default") else {})
+    return found
