@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import itertools
 import json
 import os
 import statistics
@@ -213,7 +214,7 @@ def put_to_takeable(sq: sparkqueue.Queue, rows: DataFrame, prefix: str,
     write of the same rows into a new table. Each the median of --repeat runs
     after a warm-up run, puts and writes in turns (:func:`in_turns`), each put
     into a tube of its own."""
-    turns = iter(range(1 << 30))
+    turns = itertools.count()
 
     def put_then_take() -> float:
         tube = sq.create_tube(f"{prefix}fresh{next(turns)}", "fifottl")

@@ -126,7 +126,7 @@ class Layout(LogReader):
                     "table, or move those tubes away to start an empty queue here"))
             if self.catalog:
                 self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.root}")
-        _create_table(self.spark, self.registry, REGISTRY_SCHEMA, {}, self.exists)
+        self._create(self.registry, REGISTRY_SCHEMA, {})
 
     def read_registry(self) -> DataFrame:
         """The registry's rows at its newest version.
@@ -146,7 +146,7 @@ class Layout(LogReader):
 
     def create_stats_table(self, schema: T.StructType) -> None:
         if self._versions.get(self.stats, -1) < 0:
-            _create_table(self.spark, self.stats, schema, {}, self.exists)
+            self._create(self.stats, schema, {})
             self.latest_version(self.stats)
 
     def create_tube_tables(self, tube: str, change_feed: bool = False) -> None:
@@ -156,14 +156,9 @@ class Layout(LogReader):
         ``Tube.changes`` streams). It writes every changed row twice more
         (before and after images): the largest cost a big take pays beyond
         a plain MERGE.
-
-        A table this call created is at version 0, written down: the first
-        verb's look for the newest version then starts there (the portable
-        engine: one Spark job for both tables, where a table of no known
-        version is asked of Delta, a command for each).
         """
-        made = _create_table(
-            self.spark, self.inbox(tube),
+        self._create(
+            self.inbox(tube),
             T.StructType([T.StructField(n, t) for n, t in INBOX_COLUMNS]),
             # Deletion vectors only for what they make Delta expose: a row's place in
             # its file (``_metadata.row_index``), half of its task id. Not row
@@ -176,10 +171,9 @@ class Layout(LogReader):
              "delta.autoOptimize.autoCompact": "false",
              "delta.dataSkippingNumIndexedCols": "0",
              CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)},
-            self.exists,
         )
-        made_tasks = _create_table(
-            self.spark, self.tasks(tube),
+        self._create(
+            self.tasks(tube),
             T.StructType([T.StructField(n, t) for n, t in TASK_COLUMNS]),
             {
                 # Deletion vectors measured slower for the small MERGEs of a
@@ -192,11 +186,16 @@ class Layout(LogReader):
                 "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
                 CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT),
             },
-            self.exists,
         )
-        for path, created in ((self.inbox(tube), made), (self.tasks(tube), made_tasks)):
-            if created:
-                self.note_version(path, 0)
+
+    def _create(self, path: str, schema: T.StructType, properties: dict[str, str]) -> None:
+        """Create a Delta table at ``path`` unless it exists (:func:`_create_table`).
+        A table this call created is at version 0, written down: the first look
+        for its newest version starts there (the portable engine: one Spark job
+        for a put's two tables, where a table of no known version is asked of
+        Delta, a command for each)."""
+        if _create_table(self.spark, path, schema, properties, self.exists):
+            self.note_version(path, 0)
 
     def write_marker(self, tube: str, since: Cursor, cursor: Cursor,
                      runs: list[DataFrame]) -> None:

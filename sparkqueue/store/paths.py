@@ -5,8 +5,9 @@ from __future__ import annotations
 import re
 import threading
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
@@ -252,45 +253,49 @@ def tagging(spark: SparkSession, tag: CommitTag) -> Iterator[SparkSession]:
 def settings(spark: SparkSession, values: dict[str, str]) -> Iterator[SparkSession]:
     """``spark`` with ``values`` set for the block, then as it was: a block inside
     another (an operation a callback or a test runs while one is under way, in
-    the same thread) leaves the outer one's tag in place."""
-    previous = _configure(spark, get=list(values))
-    _configure(spark, set=values)
+    the same thread) leaves the outer one's tag in place.
+
+    A Spark Connect client reads, sets and restores them in one Config call
+    each (:func:`_config`), where ``spark.conf`` sends a call per setting: a
+    round trip to the server each."""
+    if not is_connect(spark):
+        previous = {name: spark.conf.get(name, None) for name in values}
+        for name, value in values.items():
+            spark.conf.set(name, value)
+        try:
+            yield spark
+        finally:
+            for name, was in previous.items():
+                if was is None:
+                    spark.conf.unset(name)
+                else:
+                    spark.conf.set(name, was)
+        return
+    from pyspark.sql.connect import proto
+
+    def pairs(items: Mapping[str, str | None]) -> list[Any]:
+        return [proto.KeyValue(key=k) if v is None else proto.KeyValue(key=k, value=v)
+                for k, v in items.items()]
+    request = proto.ConfigRequest
+    previous = dict(_config(spark, request.Operation(
+        get_with_default=request.GetWithDefault(pairs=pairs(dict.fromkeys(values))))))
+    _config(spark, request.Operation(set=request.Set(pairs=pairs(values))))
     try:
         yield spark
     finally:
-        _configure(spark, set={k: v for k, v in previous.items() if v is not None},
-                   unset=[k for k, v in previous.items() if v is None])
+        kept = {k: v for k, v in previous.items() if v is not None}
+        if kept:
+            _config(spark, request.Operation(set=request.Set(pairs=pairs(kept))))
+        if len(kept) < len(previous):
+            _config(spark, request.Operation(unset=request.Unset(
+                keys=[k for k in previous if k not in kept])))
 
 
-def _configure(spark: SparkSession, get: list[str] | None = None,
-               set: dict[str, str] | None = None,  # noqa: A002 (the operation's name)
-               unset: list[str] | None = None) -> dict[str, str | None]:
-    """Read the settings ``get`` of ``spark`` (None: not set), or set ``set``, or
-    unset ``unset``. A Spark Connect client sends each kind in one Config call to
-    its server (``RuntimeConf`` would send one per setting: a round trip each,
-    twelve for a tagged commit's settings, where these make three)."""
-    if not is_connect(spark):
-        for name, value in (set or {}).items():
-            spark.conf.set(name, value)
-        for name in unset or []:
-            spark.conf.unset(name)
-        return {name: spark.conf.get(name, None) for name in get or []}
-    from pyspark.sql.connect import proto
-
-    request = proto.ConfigRequest
-    operations = []
-    if get:
-        operations.append(request.Operation(get_with_default=request.GetWithDefault(
-            pairs=[proto.KeyValue(key=name) for name in get])))
-    if set:
-        operations.append(request.Operation(set=request.Set(
-            pairs=[proto.KeyValue(key=k, value=v) for k, v in set.items()])))
-    if unset:
-        operations.append(request.Operation(unset=request.Unset(keys=unset)))
-    found: dict[str, str | None] = {}
-    for operation in operations:
-        result = spark.client.config(operation)
-        for warning in result.warnings:
-            warnings.warn(warning, stacklevel=3)
-        found.update(result.pairs if operation.HasField("get_with_default") else {})
-    return found
+def _config(spark: SparkSession, operation: Any) -> list[tuple[str, str | None]]:
+    """One Config call of the Spark Connect client ``spark`` (a
+    ``ConfigRequest.Operation``): the pairs it answers, its warnings raised
+    as ``spark.conf`` raises them."""
+    result = spark.client.config(operation)
+    for warning in result.warnings:
+        warnings.warn(warning, stacklevel=3)
+    return list(result.pairs)
