@@ -96,6 +96,6 @@ class SingleTube(Tube):
         def run() -> None:
             ing.ingest(self._ctx)
             with self._ctx.layout.tagged(CommitTag.new("truncate")) as sess:
-                st.delete(sess, self._ctx.layout.tasks(self._ctx.key),
-                          f"task_id >= 0 OR status = '{st.LEASE}'")  # and lease records
+                st.delete(sess, self._ctx.layout.tasks(self._ctx.key),  # and lease records,
+                          f"task_id >= 0 OR status IN ('{st.LEASE}', '{st.SETTLED}')")  # settled
         self._ctx.retrying(run, what=f"truncate of {self.name!r}")

@@ -208,7 +208,7 @@ def purge(tube: Tube) -> int:
     """
     deadline = time.monotonic() + PURGE_PATIENCE
     removed = 0
-    for step in (_purge_markers, _purge_inbox):
+    for step in (_purge_markers, _purge_settled, _purge_inbox):
         try:
             removed += tube.context.retrying(lambda s=step: s(tube),  # type: ignore[misc]
                                              deadline=deadline, what=f"purge of {tube.name!r}")
@@ -228,6 +228,24 @@ def _purge_markers(tube: Tube) -> int:
     with layout.tagged(CommitTag.new("purge")) as sess:
         st.delete(sess, path, f"task_id < 0 AND task_id > {keep}")
     return int(row[0]) - 1
+
+
+def _purge_settled(tube: Tube) -> int:
+    """The lease records that settle rows closed, and those rows, out of the tasks
+    table (``engine.records``): one MERGE whose source is the settle rows of
+    its own snapshot; none where file statistics show no settle row."""
+    layout = tube.context.layout
+    path = layout.tasks(tube.context.key)
+    files = layout.files_at(path, layout.latest_version(path), live=False)
+    if files is not None and not st.settled_records(files):
+        return 0
+    with layout.tagged(CommitTag.new("purge")) as sess:
+        settled = (layout.read(path, sess).where(f"status = '{st.SETTLED}'")
+                   .select("change_token").distinct())
+        done = st.merge(sess, path, settled,
+                        f"t.change_token = s.change_token AND t.status IN "
+                        f"('{st.LEASE}', '{st.SETTLED}')", [st.When("delete")])
+    return 0 if done is None else int(done["num_deleted_rows"])
 
 
 def _purge_inbox(tube: Tube) -> int:

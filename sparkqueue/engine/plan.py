@@ -13,9 +13,9 @@ the ones tried left out. :data:`TAKE_RULES` is the table, in order;
 
 A settling verb on the caller's own leases (ack, release, touch, bury) plans
 alike: :class:`SettleFacts`, :data:`SETTLE_RULES`, :func:`settle_order` (whole
-files where they may be its tasks, or the portable engine's one statement on a
-lease record's row or on one removed task, then the statement, which never
-turns a verb down).
+files where they may be its tasks, or the portable engine's one commit on a
+lease record or one statement on one removed task, then the statement, which
+never turns a verb down).
 """
 
 from __future__ import annotations
@@ -188,8 +188,8 @@ class Settle(enum.Enum):
     #: an ack or a delete of one task: one DELETE of its row where the caller holds
     #: its live lease; a DELETE of one row is all or nothing (``engine.settle``)
     ONE_TASK = "one-task"
-    #: a verb on the tasks of one lease record: one DELETE of the record's row (an ack
-    #: or a delete), or one MERGE that replaces it by its tasks with the verb's SET,
+    #: a verb on the tasks of one lease record: one appended settle row that closes it
+    #: (an ack or a delete), or one MERGE that replaces it by its tasks with the verb's SET,
     #: where the caller's lease holds; its row is the whole lease (``engine.settle``)
     ONE_RECORD = "one-record"
     #: one MERGE of the named tasks; its guards say what is wrong (``engine.ops``)
@@ -225,7 +225,8 @@ SETTLE_RULES: tuple[Rule, ...] = (
     Rule(Settle.ONE_RECORD,
          "portable; a verb on the caller's own leases; ids listed; no value written",
          "a take of new puts leases them by one row, a lease record, in a file of its own "
-         "(`engine.records`): a DELETE of that row, or a MERGE that replaces it by its "
+         "(`engine.records`): an appended settle row that closes it (on a table made "
+         "before those, a DELETE of its row), or a MERGE that replaces it by its "
          "tasks with the verb's SET, changes all of them or none, in one commit; its "
          "executor goes on only where the tasks are one record's this process wrote "
          "down, the caller's, with lease and ttl running",

@@ -13,14 +13,24 @@ are those put rows with that SET (:func:`expand`), as the take would have
 written them; the inbox files hold them unchanged until they are ingested
 (the inbox purge keeps every put file a live record reads).
 
-- The owner's ack of exactly that batch removes the record: its file (the
-  accelerated engine, :mod:`.leased`) or its row (the portable one, one
-  DELETE), no data read; a release, touch or bury of that batch writes its
-  tasks with the verb's SET in the same commit (a rewrite of the file, or
-  one MERGE, :func:`write_out`); :mod:`.settle`.
+- The owner's ack (or delete) of exactly that batch removes the record: its
+  file (the accelerated engine, :mod:`.leased`), or on the portable one a
+  *settle row* appended beside it (:func:`close`: status ``_settled``, the
+  record's token), which closes it; on a table made before settle rows, one
+  DELETE of its row. No data is read. A release, touch or bury of that
+  batch writes its tasks with the verb's SET in the same commit (a rewrite
+  of the file, or one MERGE, :func:`write_out`); :mod:`.settle`.
+- A settle row is a blind append: no statement, no rebuild of the table's
+  state, a fraction of a DELETE's time. It closes the record when the
+  record's file is still there at its commit (:func:`closes`; else it
+  closes nothing and the verb goes the MERGE's way). Tasks tables are
+  Serializable (``Layout.settles_by_append``), so every commit that read the
+  record before the settle row conflicts and reads again; every reader
+  reads the table's files without the closed records and their settle rows
+  (``filestats.live_files``), and the sweeper purges both.
 - Readers (:func:`live_tasks`: peek, statistics, the sweeper's and the
-  verbs' choices, error reports) see each record's tasks beside the table's
-  rows, read at one version.
+  verbs' choices, error reports) see each live record's tasks beside the
+  table's rows, read at one version.
 - Every other change to a recorded task first writes the record's tasks out
   (:func:`settle`): one MERGE that deletes the record and inserts its tasks,
   whose source reads the record in the MERGE's own snapshot, so that a
@@ -46,11 +56,11 @@ from ..store import CommitTag, When, effective_status
 from .context import TubeContext
 from .ingest import as_stored, pending_rows, tasks_of_files
 
-__all__ = ["LEASE", "Record", "as_acked", "expand", "live_tasks", "record_row",
+__all__ = ["LEASE", "Record", "as_acked", "close", "closes", "expand", "live_tasks", "record_row",
            "held", "holding", "records_at", "settle", "settle_ended", "settle_ids",
            "taken_as", "view", "with_action", "write_out"]
 
-LEASE = st.LEASE
+LEASE, SETTLED = st.LEASE, st.SETTLED
 
 #: The column a record's row describes it in (as JSON): a string column that no
 #: driver taking new puts by id reads (records are made for ``head_only``
@@ -113,6 +123,32 @@ def record_row(record: Record) -> dict[str, Any]:
             "owner": record.owner, "change_token": record.token}
 
 
+def close(sess: SparkSession, path: str, record: Record, who: str) -> None:
+    """Append the settle row that closes ``record`` (its tasks acked or deleted by
+    ``who``) to the tasks table ``path`` in ``sess`` (tagged), one row in a
+    file of its own: a blind append, which rebuilds no table state and reads
+    no row. It closes the record only where the record's file is still there
+    at its commit (:func:`closes`); on a Serializable table every commit that
+    read the record before it then conflicts (:meth:`Layout.settles_by_append`)."""
+    row = {"status": SETTLED, "change_token": record.token, "owner": who}
+    kinds = dict(st.TASK_COLUMNS)
+    schema = T.StructType([T.StructField(c, kinds[c]) for c in row])
+    st.append(sess.createDataFrame([tuple(row.values())], schema), path)
+
+
+def closes(ctx: TubeContext, version: int, name: str, record: Record) -> bool:
+    """Whether the lease record ``record``, in the data file ``name``, is there at
+    ``version`` of the tube's tasks table (its settle row's commit): then that
+    row closed it. From file statistics, else a read of that version."""
+    path = ctx.layout.tasks(ctx.key)
+    files = ctx.layout.files_at(path, version, live=False)
+    if files is not None:
+        return name in files
+    return ctx.layout.read(path, version=version).where(
+        f"status = '{LEASE}' AND change_token = {st.sql_literal(record.token, 'string')}"
+    ).limit(1).count() > 0
+
+
 def expand(ctx: TubeContext, spark: SparkSession, record: Record) -> DataFrame:
     """The tasks ``record`` leases, as the take would have written them."""
     rows = tasks_of_files(ctx, spark, list(record.files), rows=(record.first, record.end))
@@ -172,17 +208,23 @@ def task_rows(ctx: TubeContext, spark: SparkSession, names: list[str],
 
 def _read_records(ctx: TubeContext, path: str, version: int | None,
                   names: list[str] | None) -> dict[str, Record]:
-    """The records in the data files ``names`` of ``path`` (None: the table at
-    ``version``), read and written down."""
+    """The records in the data files ``names`` of ``path`` (None: the live records
+    of the table at ``version``, those no settle row closes), read and written
+    down."""
     layout = ctx.layout
     frame = (layout.read(path, version=version) if names is None
              else layout.read_files(path, names, None))
-    rows = (frame.where(f"status = '{LEASE}'")
-            .selectExpr("_metadata.file_name AS name", DESCRIPTION).collect())
+    rows = (frame.where(f"status IN ('{LEASE}', '{SETTLED}')")
+            .selectExpr("_metadata.file_name AS name", "status", "change_token", DESCRIPTION)
+            .collect())
+    closed = {r["change_token"] for r in rows if r["status"] == SETTLED}
     found = {}
     for r in rows:
-        found[r["name"]] = Record.from_json(r[DESCRIPTION])
-        ctx.memory.remember_record(path, r["name"], found[r["name"]])
+        if r["status"] == LEASE:
+            record = Record.from_json(r[DESCRIPTION])
+            ctx.memory.remember_record(path, r["name"], record)
+            if names is not None or record.token not in closed:
+                found[r["name"]] = record
     return found
 
 
@@ -257,21 +299,24 @@ def write_out(ctx: TubeContext, sess: SparkSession, picked: list[Record],
     ``holds_row`` (SQL on a record's row, its columns named with the prefix it
     is called with), only for the records whose row it holds for.
 
-    Its source keeps only the tasks of records present (and so held) in the
-    MERGE's own snapshot: Delta plans that read of the target on it and checks
-    it at commit, so a record acked before the MERGE inserts nothing, and one
-    changed after its snapshot makes it conflict. A MERGE that changes nothing
-    commits nothing.
+    Its source keeps only the tasks of records present (and so held) and not
+    closed by a settle row in the MERGE's own snapshot: Delta plans that read
+    of the target on it and checks it at commit, so a record acked before the
+    MERGE inserts nothing, and one changed (or closed) after its snapshot
+    makes it conflict. A MERGE that changes nothing commits nothing.
     """
     path = ctx.layout.tasks(ctx.key)
     tasks = st.union([
         (expand(ctx, sess, r) if action is None
          else as_stored(with_action(expand(ctx, sess, r), action)))
         .withColumn("rec", F.lit(r.token)) for r in picked])
-    present = ctx.layout.read(path, sess).where(f"status = '{LEASE}'")
+    table = ctx.layout.read(path, sess)
+    present = table.where(f"status = '{LEASE}'")
     if holds_row is not None:
         present = present.where(holds_row(""))
-    present = present.select(F.col("change_token").alias("rec"))
+    present = present.select(F.col("change_token").alias("rec")).join(
+        table.where(f"status = '{SETTLED}'").select(F.col("change_token").alias("rec")),
+        "rec", "left_anti")
     tasks = tasks.join(present, "rec", "left_semi").withColumn("is_rec", F.lit(False))
     keys = sess.createDataFrame([(r.token, True) for r in picked], "rec string, is_rec boolean")
     source = tasks.unionByName(keys, allowMissingColumns=True)

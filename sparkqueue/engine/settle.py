@@ -83,15 +83,18 @@ def acks_apart(ctx: TubeContext, ids: list[int], who: str) -> DataFrame | None:
 def on_record(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFrame | None:
     """``op`` (``on_leases``) on ``ids`` where they are the tasks of one lease record
     (:mod:`.records`) of ``who``'s, with its lease and ttl running, that this
-    process wrote down (the plan's ``one-record``), in one commit whose
-    condition holds the guard: an ack or a delete, one DELETE of the record's
-    row; a release, touch or bury, one MERGE that replaces that row by its
+    process wrote down (the plan's ``one-record``), in one commit: an ack or a
+    delete, the settle row that closes the record (:func:`records.close`,
+    checked at its commit by :func:`records.closes`), or on a table made
+    before settle rows one DELETE of the record's row, its condition the
+    guard; a release, touch or bury, one MERGE that replaces that row by its
     tasks with the op's SET (:func:`records.write_out`). The record's row is
     its whole lease, so the commit changes every task or none; changing
     nothing (the record settled or acked meanwhile, its time run out) it
-    commits nothing. The changed tasks, their event sent; None where they are
-    no such record, or as :func:`committed_apart` says: the MERGE then
-    applies the op or says why not."""
+    commits nothing, or its settle row closes nothing. The changed tasks,
+    their event sent; None where they are no such record, or as
+    :func:`committed_apart` says: the MERGE then applies the op or says why
+    not."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
     found: list[str] = []  # the record's file
@@ -102,15 +105,24 @@ def on_record(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFrame |
         found[:] = names or []
         return ctx.memory.record(path, names[0]) if names and len(names) == 1 else None
 
-    if record_at(layout.known_version(path), ctx.now()) is None:
+    known = layout.known_version(path)
+    if record_at(known, ctx.now()) is None:
         return None  # no record of this process's holds them: no probe of the log
-    tag = st.CommitTag.new(op.name, plan=plan.Settle.ONE_RECORD.value, tasks=len(ids))
+    closing = op.action is None and layout.settles_by_append(path)
+    # a settle row's tag names the record's file and a version it was there at
+    # (``stats.closed``: a retry reads it at a later one, where it is there too)
+    tag = st.CommitTag.new(op.name, plan=plan.Settle.ONE_RECORD.value, tasks=len(ids),
+                           **({"closes": found[0], "since": known} if closing else {}))
+    closed: list[Record] = []
 
     def commit(version: int, now: float, sess: SparkSession) -> bool:
         record = record_at(version, now)
         if record is None:
             return False
-        if op.action is None:
+        if closing:
+            records.close(sess, path, record, who)
+            closed[:] = [record]
+        elif op.action is None:
             st.delete(sess, path, records.held(record, who, now))
         else:
             records.write_out(ctx, sess, [record], action_set(op, tag, lease_context(now, who)),
@@ -120,6 +132,8 @@ def on_record(ctx: TubeContext, op: Op, ids: list[int], who: str) -> DataFrame |
     version = committed_apart(ctx, op, tag, commit)
     if version is None:
         return None
+    if closed and not records.closes(ctx, version, found[0], closed[0]):
+        return None  # settled or gone before the settle row landed: it closed nothing
     return settled_result(ctx, op, version, tag.token, ids, found)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import functions as F
 
@@ -25,8 +26,9 @@ CALL_NAME = {"release_all": "release", "dig": "kick"}
 #: batch counts its updates as takes and its deletes as acks; a take that replaced
 #: whole files (``engine.take.take_files``) or ingested new puts (an append, with
 #: maybe a consumer's acked files removed) counts what its tag says. A commit
-#: whose rows are not its tasks (the DELETE of a lease record's row) says how
-#: many tasks it changed in its tag's ``tasks``.
+#: whose rows are not its tasks (a lease record's settle row, or the DELETE of its
+#: row) says how many tasks it changed in its tag's ``tasks``; a settle row that
+#: closed nothing (:func:`closed`) counts none.
 CALL_METRICS: dict[str, dict[str, tuple[str, ...]]] = {
     "put": {"put": ("numOutputRows",)},
     "take": {"take": ("numTargetRowsUpdated", "numUpdatedRows", "take")},
@@ -97,6 +99,8 @@ def logged_calls(ctx: TubeContext) -> dict[str, int]:
                 counts[k] = counts.get(k, 0) + int(h["tag"].get(k, 0))
             if op in NOT_CALLS:
                 continue
+            if "closes" in h["tag"] and not closed(ctx, path, h):
+                continue  # a settle row that closed nothing: the verb went the MERGE's way
             if "tasks" in h["tag"]:  # its rows are not its tasks: a lease record's
                 name = CALL_NAME.get(op, op)
                 counts[name] = counts.get(name, 0) + int(h["tag"]["tasks"])
@@ -110,3 +114,17 @@ def logged_calls(ctx: TubeContext) -> dict[str, int]:
         for k, v in counts.items():
             total[k] = total.get(k, 0) + v
     return total
+
+
+def closed(ctx: TubeContext, path: str, commit: dict[str, Any]) -> bool:
+    """Whether the settle row that ``commit`` (a :meth:`Layout.history` entry)
+    appended closed its lease record: no commit between the version its verb
+    read the record at (its tag's ``since``) and its own removed the record's
+    file (its tag's ``closes``). A commit file gone (log retention) counts as
+    none."""
+    name = commit["tag"]["closes"]
+    for version in range(int(commit["tag"]["since"]) + 1, commit["version"]):
+        files = ctx.layout.commit_files(path, version)
+        if files is not None and name in files[1]:
+            return False
+    return True

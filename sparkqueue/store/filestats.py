@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .schema import LEASE
+from .schema import LEASE, SETTLED
 from .sql import id_runs
 
 #: What :func:`head_bound` reads of a data file's statistics: key -> (kind, column).
@@ -34,6 +34,9 @@ FILE_STATS = {
     "max_owner": ("maxValues", "owner"),
     "owner_nulls": ("nullCount", "owner"),
     "min_lease_end": ("minValues", "lease_end"),
+    # and what :func:`live_files` reads: the record a settle row closes
+    "min_change_token": ("minValues", "change_token"),
+    "max_change_token": ("maxValues", "change_token"),
 }
 
 
@@ -43,6 +46,31 @@ FILE_STATS = {
 #: proportion to the columns it covers.
 STATS_COLUMNS = sorted({col for _, col in FILE_STATS.values()}
                        | {"next_event", "delay_end", "change_token"})
+
+
+def is_record(f: dict[str, Any]) -> bool:
+    """Whether a data file's statistics show a lease record's file (its one row)."""
+    return bool(f["rows"] == 1 and f["min_status"] == LEASE == f["max_status"])
+
+
+def settled_records(files: Mapping[str, dict[str, Any]]) -> set[str]:
+    """The tokens of the lease records that settle rows among ``files`` (statistics
+    per data file) close: a settle row's file holds it alone, and its
+    ``change_token`` is the record's (a token is 32 characters, which Delta's
+    statistics keep whole)."""
+    return {f["min_change_token"] for f in files.values()
+            if f["rows"] == 1 and f["min_status"] == SETTLED == f["max_status"]
+            and f["min_change_token"] is not None
+            and f["min_change_token"] == f["max_change_token"]}
+
+
+def live_files(files: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``files`` without settle rows' files and the files of the lease records they
+    close: the files that may hold a live task or lease."""
+    closed = settled_records(files)
+    return {name: f for name, f in files.items()
+            if not (f["rows"] == 1 and f["min_status"] == SETTLED == f["max_status"])
+            and not (is_record(f) and f["min_change_token"] in closed)}
 
 
 def may_hold_ready(f: dict[str, Any], now: float) -> bool:
@@ -250,8 +278,10 @@ def whole_files(files: dict[str, dict[str, Any]], ids: list[int], owner: str,
     this process wrote them: a take of sub-queue heads leases ids that need
     not be a run); then all its rows are in ``ids``. Ids are distinct across
     files, so when the files' rows add up to ``len(ids)``, they are ``ids``
-    exactly. A shard's ids are ``step`` apart.
+    exactly. A shard's ids are ``step`` apart. A lease record that a settle row
+    closes (:func:`live_files`) holds no lease.
     """
+    files = live_files(files)
     runs = id_runs(ids, step)
     starts = [lo for lo, _ in runs]
     names: list[str] = []
@@ -280,7 +310,7 @@ def held_by(f: dict[str, Any], owner: str, now: float) -> bool:
     """Whether a data file's statistics show every row of it stored ``taken`` by
     ``owner``, its lease and ttl running at ``now``, and its ids' bounds; or
     that it is a lease record (one row, ``LEASE``) of ``owner``'s, running."""
-    record = f["rows"] == 1 and f["min_status"] == LEASE == f["max_status"]
+    record = is_record(f)
     tasks = (f["min_task_id"] is not None and f["max_task_id"] is not None
              and f["min_status"] == "taken" == f["max_status"])
     return bool(f["rows"] and (record or tasks) and f["status_nulls"] == 0

@@ -49,7 +49,7 @@ from ..errors import NotSupported, StorageError
 from . import schema
 from .failures import NOT_WRITABLE, first_line
 from .files import SparkFiles
-from .filestats import STATS_COLUMNS
+from .filestats import STATS_COLUMNS, live_files
 from .frames import is_dataframe
 from .jvm import HadoopFiles, delta_classes, jvm_of
 from .log import LogReader, commit_info
@@ -70,7 +70,15 @@ from .schema import (
     parse_tag,
 )
 from .sql import with_ids
-from .tables import FEED, RETENTION_CHECK, ingest_frame, sql_table
+from .tables import (
+    FEED,
+    ISOLATION,
+    RETENTION_CHECK,
+    SERIALIZABLE,
+    ingest_frame,
+    serializable,
+    sql_table,
+)
 from .txn import AcceleratedStore
 
 #: The engines a Layout can run: Delta's SQL and Spark's readers only, or those
@@ -106,6 +114,8 @@ class Layout(LogReader):
         #: the primitives that differ by engine (:mod:`.protocol`), chosen here once
         self.store: Store = (PortableStore(self, files) if jvm is None
                              else AcceleratedStore(self, files, jvm))
+        #: tasks tables known Serializable (:meth:`settles_by_append`)
+        self._serializable: dict[str, bool] = {}
 
     @property
     def engine(self) -> str:
@@ -172,7 +182,7 @@ class Layout(LogReader):
              "delta.dataSkippingNumIndexedCols": "0",
              CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)},
         )
-        self._create(
+        made = self._create(
             self.tasks(tube),
             T.StructType([T.StructField(n, t) for n, t in TASK_COLUMNS]),
             {
@@ -185,17 +195,35 @@ class Layout(LogReader):
                 FEED: str(change_feed).lower(),
                 "delta.dataSkippingStatsColumns": ",".join(STATS_COLUMNS),
                 CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT),
+                # Serializable on every Delta (Databricks defaults to
+                # WriteSerializable): an appended settle row then makes every
+                # commit that read a lease record before it conflict
+                ISOLATION: SERIALIZABLE,
             },
         )
+        if made:
+            self._serializable[self.tasks(tube)] = True
 
-    def _create(self, path: str, schema: T.StructType, properties: dict[str, str]) -> None:
-        """Create a Delta table at ``path`` unless it exists (:func:`_create_table`).
-        A table this call created is at version 0, written down: the first look
-        for its newest version starts there (the portable engine: one Spark job
-        for a put's two tables, where a table of no known version is asked of
-        Delta, a command for each)."""
-        if _create_table(self.spark, path, schema, properties, self.exists):
+    def settles_by_append(self, path: str) -> bool:
+        """Whether a lease record of the tasks table ``path`` may be settled by an
+        appended settle row (``engine.records``): the table is Serializable by
+        its property, so that commit conflicts with every commit that read the
+        record before it. Tables this Layout made are; another's property is
+        read once (a SQL command)."""
+        if path not in self._serializable:
+            self._serializable[path] = serializable(self.spark, path)
+        return self._serializable[path]
+
+    def _create(self, path: str, schema: T.StructType, properties: dict[str, str]) -> bool:
+        """Create a Delta table at ``path`` unless it exists (:func:`_create_table`);
+        whether this call created it. A table this call created is at version
+        0, written down: the first look for its newest version starts there
+        (the portable engine: one Spark job for a put's two tables, where a
+        table of no known version is asked of Delta, a command for each)."""
+        made = _create_table(self.spark, path, schema, properties, self.exists)
+        if made:
             self.note_version(path, 0)
+        return made
 
     def write_marker(self, tube: str, since: Cursor, cursor: Cursor,
                      runs: list[DataFrame]) -> None:
@@ -322,7 +350,7 @@ class Layout(LogReader):
             loaded = self.store.load_file_stats(path, latest)
             if loaded is not None:
                 self._stats_by_file[path] = loaded
-            files = None if loaded is None else loaded[1]
+            files = None if loaded is None else live_files(loaded[1])
         return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
 
     def purge_inbox(self, tube: str, cursor: Cursor, held: Sequence[PutFile] = ()) -> int:

@@ -20,7 +20,7 @@ from pyspark.sql import types as T
 from ..errors import QueueError, StorageError
 from . import schema
 from .files import LogFiles, delta_log
-from .filestats import FileGroup, file_entry, stats_of, whole_files
+from .filestats import FileGroup, file_entry, live_files, stats_of, whole_files
 from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
 
@@ -380,10 +380,13 @@ class LogReader(Paths):
         return found
 
 
-    def files_at(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
+    def files_at(self, path: str, version: int, live: bool = True,
+                 ) -> dict[str, dict[str, Any]] | None:
         """Per data file of ``path`` at ``version``: its statistics (``rows`` and
         :data:`FILE_STATS`) and ``size``; None when they are not known without
-        a Spark job.
+        a Spark job. ``live``: without the files of settle rows and of the
+        lease records they close (:func:`filestats.live_files`), which hold
+        no task and no lease: every choice reads these.
 
         Known from this process's last look, moved on through the commit
         files since (each ``add`` carries its file's statistics, each
@@ -398,7 +401,7 @@ class LogReader(Paths):
             files = self._checksum_files(path, version)
         if files is not None and (cached is None or version >= cached[0]):
             self._stats_by_file[path] = (version, files)
-        return files
+        return live_files(files) if files is not None and live else files
 
     def note_leased(self, path: str, names: list[str], ids: list[int]) -> None:
         """Write down that the data files ``names`` of the tasks table at ``path``,

@@ -24,6 +24,11 @@ MARKER = "_marker"
 #: task's status, so file statistics tell a record's file from task files.
 LEASE = "_lease"
 
+#: The status of a settle row (``engine.records``): a lease record's ack or delete,
+#: appended as one row whose ``change_token`` is the record's, in a file of its own.
+#: It sorts below every task's status, as a record's does.
+SETTLED = "_settled"
+
 
 #: The Delta transaction id (``txnAppId``) of every ingest into a tasks table.
 INGEST_TXN = "sq-ingest"

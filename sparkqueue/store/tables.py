@@ -26,12 +26,16 @@ from .frames import union
 from .schema import MARKER, Cursor
 from .sql import quoted, sql_type
 
-__all__ = ["FEED", "RETENTION_CHECK", "When", "add_column", "feed_start", "ingest_frame",
+__all__ = ["FEED", "ISOLATION", "SERIALIZABLE", "properties", "serializable", "RETENTION_CHECK",
+           "When", "add_column", "feed_start", "ingest_frame",
            "is_path", "marker_row", "keep_feed", "keeps_feed", "merge", "update", "delete",
            "vacuum", "sql_table"]
 
 #: The table property that makes Delta keep a table's change data feed.
 FEED = "delta.enableChangeDataFeed"
+#: The table property of Delta's isolation level, and the level tasks tables are
+#: made with.
+ISOLATION, SERIALIZABLE = "delta.isolationLevel", "Serializable"
 
 #: Delta's check that refuses a VACUUM retention it deems unsafe, and its error.
 RETENTION_CHECK = "spark.databricks.delta.retentionDurationCheck.enabled"
@@ -141,11 +145,24 @@ def vacuum(spark: SparkSession, ref: str, retention_hours: float) -> None:
             "no writer runs longer") from e
 
 
+def properties(spark: SparkSession, ref: str) -> dict[str, str]:
+    """The table ``ref``'s properties now (a SQL command, no Spark job)."""
+    # read whole here: a filter in Spark would start a job over the command's rows
+    return {str(r[0]): str(r[1])
+            for r in spark.sql(f"SHOW TBLPROPERTIES {sql_table(ref)}").collect()}
+
+
 def keeps_feed(spark: SparkSession, ref: str) -> bool:
     """Whether the table ``ref`` keeps Delta's change data feed now."""
-    props = spark.sql(f"SHOW TBLPROPERTIES {sql_table(ref)}")
-    # filtered here: a filter in Spark would start a job over the command's rows
-    return any(r[0] == FEED and str(r[1]).lower() == "true" for r in props.collect())
+    return properties(spark, ref).get(FEED, "").lower() == "true"
+
+
+def serializable(spark: SparkSession, ref: str) -> bool:
+    """Whether the table ``ref``'s isolation level is Serializable by its property
+    (:data:`ISOLATION`): a blind append then makes a concurrent commit that
+    read the table conflict, on every Delta (open-source Delta has no other
+    level; Databricks defaults to WriteSerializable, where it would not)."""
+    return properties(spark, ref).get(ISOLATION, "") == SERIALIZABLE
 
 
 def keep_feed(spark: SparkSession, ref: str) -> None:

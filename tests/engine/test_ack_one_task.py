@@ -62,7 +62,7 @@ def test_an_ack_of_several_tasks_goes_through_the_merge(sq: Queue) -> None:
     assert plans(t, before) == [("MERGE", "settle", None), ("MERGE", "ack", "merge")]
 
 
-def test_an_ack_of_a_batch_taken_as_a_lease_record_is_one_delete_of_its_row(
+def test_an_ack_of_a_batch_taken_as_a_lease_record_is_one_append_of_its_settle_row(
         sq: Queue, spark: SparkSession) -> None:
     t, before = portable(sq, "batch", n=1)
     t.put([{"n": i} for i in range(1, 5)])
@@ -70,7 +70,7 @@ def test_an_ack_of_a_batch_taken_as_a_lease_record_is_one_delete_of_its_row(
     taken = version(t)
     assert plans(t, before) == [("WRITE", "ingest+take", "new-puts")]
     result = t.ack(batch)
-    assert plans(t, taken) == [("DELETE", "ack", "one-record")]
+    assert plans(t, taken) == [("WRITE", "ack", "one-record")]
     assert sorted((r["task_id"], r["status"], r["data"]["n"]) for r in result.collect()) == [
         (i, "done", i) for i in range(1, 5)]
     stats = t.statistics()
@@ -78,7 +78,7 @@ def test_an_ack_of_a_batch_taken_as_a_lease_record_is_one_delete_of_its_row(
     assert stats["calls"]["ack"] == 4
     acked = version(t)
     assert ids(t.ack([0])) == [0], "a take of one new put: a record of one task"
-    assert plans(t, acked) == [("DELETE", "ack", "one-record")]
+    assert plans(t, acked) == [("WRITE", "ack", "one-record")]
 
 
 @pytest.mark.parametrize("case", ["another owner", "no such task", "lease ended", "acked"])
@@ -104,17 +104,18 @@ def test_a_refused_ack_of_one_task_gets_the_merges_error_and_changes_nothing(
 
 def test_a_delete_of_tasks_the_caller_holds_is_one_delete_counted_as_a_delete(
         sq: Queue) -> None:
-    """The DELETE of one task's row, or of a lease record's, serves a delete as it
-    serves an ack: the commit is the delete's, counted and sent as a delete."""
+    """The DELETE of one task's row, or a lease record's settle row, serves a delete as
+    it serves an ack: the commit is the delete's, counted and sent as a delete."""
     events: list[tuple[str, list[int]]] = []
-    for name, change_feed, deleted, plan in (("rows", True, [1], "one-task"),
-                                             ("record", False, [0, 1, 2], "one-record")):
+    for name, change_feed, deleted, plan, kind in (
+            ("rows", True, [1], "one-task", "DELETE"),
+            ("record", False, [0, 1, 2], "one-record", "WRITE")):
         t, before = portable(sq, name, change_feed=change_feed)
         t.on_task_change(lambda tasks, kind: events.append((kind, ids(tasks))))
         result = t.delete(deleted)
         assert sorted((r["task_id"], r["status"]) for r in result.collect()) == [
             (i, "done") for i in deleted]
-        assert plans(t, before) == [("DELETE", "delete", plan)]
+        assert plans(t, before) == [(kind, "delete", plan)]
         calls = t.statistics()["calls"]
         assert calls["delete"] == len(deleted) and not calls.get("ack")
     assert events == [("delete", [1]), ("delete", [0, 1, 2])]

@@ -4,15 +4,18 @@ lease instead of the leased task rows (``engine.records``).
 What every verb, reader and process sees is as if the take had written its
 tasks: peek, statistics, errors, expiry, the Consumer, truncate, the inbox
 purge, and a Queue without the accelerator. The owner's ack of the batch
-removes the record (the portable engine: a DELETE of its one row); anything
+removes the record (the portable engine: a settle row closes it); anything
 else first writes the record out as its tasks (``settle``), in one MERGE that
 never brings back an acked batch. Each test runs on both engines.
 """
 
 from __future__ import annotations
 
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -47,10 +50,15 @@ def recorded(sq: Queue, n: int = 5, take: int | None = None,
     return t, t.take(take or n), before
 
 
-def stored(t: Tube, spark: SparkSession) -> list[tuple[Any, str]]:
-    """The tasks table's rows (not the cursor markers): (task_id, status)."""
+def stored(t: Tube, spark: SparkSession, live: bool = True) -> list[tuple[Any, str]]:
+    """The tasks table's rows (not the cursor markers): (task_id, status); ``live``:
+    without the settle rows and the lease records they close, as readers see it."""
     rows = (spark.read.format("delta").load(t.context.layout.tasks("rec"))
             .where(f"status <> '{st.MARKER}'").collect())
+    closed = {r["change_token"] for r in rows if r["status"] == st.SETTLED}
+    if live:
+        rows = [r for r in rows if r["status"] != st.SETTLED
+                and not (r["status"] == st.LEASE and r["change_token"] in closed)]
     return sorted(((r["task_id"], r["status"]) for r in rows), key=repr)
 
 
@@ -65,13 +73,22 @@ def test_a_take_of_new_puts_commits_its_lease_as_one_row_and_the_ack_removes_it(
     stats = t.statistics()
     assert stats["tasks"]["taken"] == 5 and stats["calls"]["take"] == 5
     acked = t.ack(batch)
-    assert operations(t, before)[1:] == [("DELETE", "ack")]
+    # the portable engine appends a settle row, which closes the record
+    closing = sq.engine == "portable"
+    assert operations(t, before)[1:] == [("WRITE" if closing else "DELETE", "ack")]
     assert sorted((r["task_id"], r["status"]) for r in acked.collect()) == [
         (i, "done") for i in range(5)]
     assert stored(t, spark) == []
+    assert stored(t, spark, live=False) == (
+        sorted([(None, st.LEASE), (None, st.SETTLED)], key=repr) if closing else [])
     stats = t.statistics()
     assert stats["tasks"]["total"] == 0 and stats["tasks"]["done"] == 5
     assert stats["calls"]["ack"] == 5
+    with pytest.raises(TaskNotFound):
+        t.ack(batch)
+    assert purge(t) == 5 + 2 * closing, "the inbox's puts; the record and its settle row"
+    assert stored(t, spark, live=False) == []
+    assert t.statistics()["calls"]["ack"] == 5
 
 
 @pytest.mark.parametrize("how", ["remembered", "forgotten", "another_session"])
@@ -160,13 +177,14 @@ def test_a_record_changed_before_its_ack_deletes_it_acks_all_or_nothing(
         monkeypatch: pytest.MonkeyPatch, meanwhile: str) -> None:
     """Between the ack's look at the record (its file, the caller's, running) and its
     commit, another commit writes the record out as its tasks, or deletes one of
-    them. The ack's one-row removal (the portable engine's DELETE of the record's
-    row, the accelerated removal of its file) then removes nothing: the MERGE acks
-    the batch whole, or refuses it whole, naming the task gone."""
+    them. The ack's one-row commit (the portable engine's settle row, the
+    accelerated removal of the record's file) then closes or removes nothing:
+    the MERGE acks the batch whole, or refuses it whole, naming the task gone;
+    statistics count the batch's acks once, or not at all."""
     t, batch, before = recorded(sq)
     other = sparkqueue.connect(spark, root, owner="admin", clock=clock,
                                engine=sq.engine).tube("rec")
-    real_delete, real_remove = st.delete, t.context.layout.store.remove_files
+    real_close, real_remove = records.close, t.context.layout.store.remove_files
 
     def first(change: Any) -> Any:
         def wrapped(*args: Any, **kwargs: Any) -> Any:
@@ -179,7 +197,7 @@ def test_a_record_changed_before_its_ack_deletes_it_acks_all_or_nothing(
             return change(*args, **kwargs)
         return wrapped
 
-    monkeypatch.setattr(st, "delete", first(real_delete))
+    monkeypatch.setattr(records, "close", first(real_close))
     monkeypatch.setattr(t.context.layout.store, "remove_files", first(real_remove))
     if meanwhile == "settled":
         assert ids(t.ack(batch)) == list(range(5))
@@ -189,8 +207,9 @@ def test_a_record_changed_before_its_ack_deletes_it_acks_all_or_nothing(
             t.ack(batch)
         assert refused.value.task_ids == [2]
         assert stored(t, spark) == [(i, "taken") for i in (0, 1, 3, 4)], "nothing acked"
-    acks = [op for _, op in operations(t, before) if op == "ack"]
-    assert len(acks) == (meanwhile == "settled"), "one ack commit, or none"
+    merges = [(kind, op) for kind, op in operations(t, before) if op == "ack" and kind != "WRITE"]
+    assert len(merges) == (meanwhile == "settled"), "one ack that removed a task, or none"
+    assert t.statistics()["calls"]["ack"] == (5 if meanwhile == "settled" else 0)
 
 
 def test_another_verb_on_recorded_tasks_writes_them_out_first(sq: Queue,
@@ -303,12 +322,57 @@ def test_a_settle_of_a_record_acked_meanwhile_brings_no_task_back(
     assert t.statistics()["tasks"]["total"] == 0
 
 
+def test_an_ack_committed_while_a_settle_runs_makes_the_settle_conflict(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another Queue's settle MERGE reads the record, then, while it runs (its
+    source waits in a Python UDF), the owner acks the batch: a settle row
+    appended (portable) or the record's file removed (accelerated). The MERGE
+    then conflicts (the tasks table is Serializable: an append conflicts too)
+    and, tried again, finds no live record: no task comes back."""
+    t, batch, _ = recorded(sq)
+    other = sparkqueue.connect(spark, root, owner="admin", clock=clock,
+                               engine=sq.engine).tube("rec")
+    acked = tmp_path / "acked"
+    waiter = socket.create_server(("127.0.0.1", 0))
+    waiter.settimeout(120)
+    port = waiter.getsockname()[1]
+
+    def hold() -> bool:  # runs in a Python worker: it waits on the test's socket
+        if not acked.exists():
+            with socket.create_connection(("127.0.0.1", port), timeout=120) as held:
+                held.recv(1)  # until the ack committed
+        return True
+    held = F.udf(lambda _: hold(), "boolean")
+    real = records.expand
+    monkeypatch.setattr(records, "expand", lambda *a: real(*a).where(held(F.lit(1))))
+    settled: list[int] = []
+    settle = threading.Thread(target=lambda: settled.append(
+        records.settle(other.context, lambda _: True)))
+    settle.start()
+    with waiter:
+        running, _ = waiter.accept()  # the settle's MERGE runs
+        assert ids(t.ack(batch)) == list(range(5))
+        acked.touch()
+        running.close()  # let it go on: it must conflict
+        waiter.settimeout(1)
+        while settle.is_alive():  # a UDF of another partition may wait too
+            try:
+                waiter.accept()[0].close()
+            except TimeoutError:
+                pass
+    settle.join()
+    assert settled == [0], "tried again, it found no live record"
+    assert [op for _, op in operations(t, 0)].count("settle") == 0
+    assert stored(t, spark) == [] and t.statistics()["tasks"]["total"] == 0
+
+
 def test_the_inbox_purge_keeps_the_puts_a_record_reads(sq: Queue) -> None:
     t, batch, _ = recorded(sq)
     assert purge(t) == 0, "the puts are the recorded tasks"
     assert {r["status"] for r in t.peek(list(range(5))).collect()} == {"taken"}
     assert sorted(r["n"] for r in t.ack(batch).select("data.n").collect()) == list(range(5))
-    assert purge(t) == 5
+    assert purge(t) == 5 + 2 * (sq.engine == "portable"), "and a record and its settle row"
 
 
 def test_a_consumer_drains_through_lease_records_without_a_merge(

@@ -10,15 +10,17 @@ from sparkqueue.store import (
     head_bound,
     head_files,
     head_key,
+    live_files,
     may_hold,
     may_hold_ready,
     reaches,
     ready_head,
+    settled_records,
     stats_of,
     whole_files,
 )
 from sparkqueue.store.log import LogReader
-from sparkqueue.store.schema import LEASE, LEASED_KNOWN
+from sparkqueue.store.schema import LEASE, LEASED_KNOWN, SETTLED
 from sparkqueue.store.sql import id_runs
 
 NOW = 1000.0
@@ -34,7 +36,8 @@ def file(lo: int, hi: int, status: str = "ready", *, pri: int = 0, top: str | No
             "min_order_key": lo, "max_order_key": hi, "min_ttl_end": ttl_end,
             "max_ttl_end": ttl_end, "ttl_end_nulls": 0,
             "min_task_id": lo, "max_task_id": hi, "min_owner": owner, "max_owner": owner,
-            "owner_nulls": 0 if owner else hi - lo + 1, "min_lease_end": lease, "size": 100}
+            "owner_nulls": 0 if owner else hi - lo + 1, "min_lease_end": lease,
+            "min_change_token": None, "max_change_token": None, "size": 100}
 
 
 def test_a_file_may_hold_a_ready_task_by_its_status_range_and_leases() -> None:
@@ -165,10 +168,12 @@ def test_a_process_keeps_the_newest_leased_groups_in_mind_and_forgets_the_oldest
 
 
 def record(owner: str = "a", lease: float = NOW + 30, ttl_end: float = math.inf,
-           ) -> dict[str, Any]:
-    """The statistics of a lease record's file (engine.records): one row, no task id."""
-    return {**file(0, 0, LEASE, owner=owner, lease=lease, ttl_end=ttl_end),
-            "min_task_id": None, "max_task_id": None}
+           token: str = "t" * 32, status: str = LEASE) -> dict[str, Any]:
+    """The statistics of a lease record's file (engine.records): one row, no task id,
+    the record's token; or, with ``status`` SETTLED, of the settle row closing it."""
+    return {**file(0, 0, status, owner=owner, lease=lease, ttl_end=ttl_end),
+            "min_task_id": None, "max_task_id": None, "min_change_token": token,
+            "max_change_token": token}
 
 
 def test_a_lease_records_file_holds_ready_tasks_once_its_least_lease_or_ttl_ends() -> None:
@@ -187,3 +192,21 @@ def test_a_lease_record_is_whole_for_its_owners_ack_of_the_ids_it_is_known_to_ho
     assert whole_files(files, [0, 1, 2, 3, 4], "b", NOW, known=known) is None
     assert whole_files(files, [0, 1, 2, 3, 4], "a", NOW + 30, known=known) is None
     assert whole_files(files, [0, 1, 2, 3, 4], "a", NOW) is None, "unknown: not whole"
+
+
+def test_a_settle_row_closes_its_lease_record_for_every_choice() -> None:
+    """A settle row (one row, SETTLED, the record's token) closes the record it names:
+    the live files leave out both, so no take finds its tasks ready once its
+    lease ends, and no ack finds them whole; a record of another token stays."""
+    files = {"r": record(lease=NOW - 1), "s": record(status=SETTLED),
+             "o": record(token="o" * 32), "f": file(5, 9, "ready")}
+    assert settled_records(files) == {"t" * 32}
+    assert sorted(live_files(files)) == ["f", "o"]
+    assert may_hold_ready(files["r"], NOW), "alone, its ended lease makes its tasks ready"
+    known = {"r": (("r",), (0, 1, 2, 3, 4)), "o": (("o",), (10, 11))}
+    files["r"] = record()
+    assert whole_files(files, [0, 1, 2, 3, 4], "a", NOW, known=known) is None, "closed"
+    assert whole_files(files, [10, 11], "a", NOW, known=known) == ["o"]
+    assert not may_hold_ready(files["s"], NOW) and not may_hold(files["s"], LEASE)
+    two = {**record(status=SETTLED), "rows": 2}  # not a settle row's file: closes nothing
+    assert settled_records({"s": two, "r": record()}) == set()
