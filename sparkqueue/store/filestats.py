@@ -53,14 +53,18 @@ def is_record(f: dict[str, Any]) -> bool:
     return bool(f["rows"] == 1 and f["min_status"] == LEASE == f["max_status"])
 
 
+def is_settle_row(f: dict[str, Any]) -> bool:
+    """Whether a data file's statistics show a settle row's file (its one row)."""
+    return bool(f["rows"] == 1 and f["min_status"] == SETTLED == f["max_status"])
+
+
 def settled_records(files: Mapping[str, dict[str, Any]]) -> set[str]:
     """The tokens of the lease records that settle rows among ``files`` (statistics
     per data file) close: a settle row's file holds it alone, and its
     ``change_token`` is the record's (a token is 32 characters, which Delta's
     statistics keep whole)."""
     return {f["min_change_token"] for f in files.values()
-            if f["rows"] == 1 and f["min_status"] == SETTLED == f["max_status"]
-            and f["min_change_token"] is not None
+            if is_settle_row(f) and f["min_change_token"] is not None
             and f["min_change_token"] == f["max_change_token"]}
 
 
@@ -69,8 +73,7 @@ def live_files(files: Mapping[str, dict[str, Any]]) -> dict[str, dict[str, Any]]
     close: the files that may hold a live task or lease."""
     closed = settled_records(files)
     return {name: f for name, f in files.items()
-            if not (f["rows"] == 1 and f["min_status"] == SETTLED == f["max_status"])
-            and not (is_record(f) and f["min_change_token"] in closed)}
+            if not is_settle_row(f) and not (is_record(f) and f["min_change_token"] in closed)}
 
 
 def may_hold_ready(f: dict[str, Any], now: float) -> bool:
