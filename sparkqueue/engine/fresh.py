@@ -16,9 +16,7 @@ from .context import TubeContext
 from .ingest import (
     RunRows,
     advanced,
-    files_end,
     put_order_rows,
-    rows_held,
     run_frames,
     tag_values,
     within,
@@ -64,8 +62,7 @@ def take_fresh(ctx: TubeContext, take: Op, n: int, win: int, who: str,
 
     When the driver takes the lowest ids and the puts' tags say which those
     are (:func:`ingest.put_order_rows`), the commit ingests the leased tasks
-    alone where they fill at least half the put files that hold them
-    (:func:`fresh_plan`), and leaves the others in the inbox
+    alone (:func:`fresh_plan`), and leaves the others in the inbox
     (``Cursor.partial``): each new task is then written once, leased, where
     ingesting them all would write the others ready and the next takes
     write them again. ``acking``: a consumer's previous batch, whole files
@@ -99,13 +96,13 @@ def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: i
                now: float) -> FreshPlan:
     """The rows an ingest+take from ``cursor`` writes: every put up to inbox version
     ``upto``; or, where the puts' tags tell that a ``head_only`` driver leases
-    their first rows, those alone when they are at least half the rows of the
-    put files that hold them, else those files' rows up to one task file's
-    (``TASK_FILE_ROWS``) from the first (a take reads them whole: a small take
-    of a big put ingests a task file's worth, as the next take's rewrite of that
-    file would write, and the next takes take whole task files), while the
-    cursor's partial rows stay in bounds. What a take of new puts writes so
-    follows its size, not the puts'."""
+    their first rows, those alone, however few of their put files' rows they
+    are, while the cursor's partial rows stay in bounds. What a take of new
+    puts writes so follows its size, not the puts': a small take of a big put
+    commits its lease record alone, where ingesting more would write rows
+    ready that each next small take rewrites (an UPDATE, or a rewrite of
+    their files) to lease them. The cost is the record's readers' (its
+    take's result, a peek, a release): they read its put files whole."""
     every, next_id = ctx.layout.put_files(ctx.key, cursor, upto)
     start = cursor.first_pending
     puts = within(every, next_id, start, next_id)
@@ -113,9 +110,6 @@ def fresh_plan(ctx: TubeContext, spark: SparkSession, cursor: st.Cursor, upto: i
     after = st.Cursor(upto, next_id)
     if rows is not None:
         bound = rows[1] + 1
-        if 2 * (bound - start) < rows_held(puts, next_id, start, bound):
-            bound = min(files_end(puts, next_id, bound),
-                        max(bound, start + st.schema.TASK_FILE_ROWS))
         part = advanced(cursor, every, next_id, upto, bound)
         if part.partial < st.schema.PARTIAL_ROWS:
             after = part

@@ -197,20 +197,6 @@ def within(files: list[st.PutFile], next_id: int, start: int, end: int) -> list[
             if after > start and f.first_id < end]
 
 
-def rows_held(files: list[st.PutFile], next_id: int, start: int, end: int) -> int:
-    """The rows of the put ``files`` (in id order, ``next_id`` after the last) that
-    hold rows ``start`` to before ``end``, all of theirs: what reading them reads."""
-    return sum(after - f.first_id for f, after in zip(files, ends(files, next_id), strict=True)
-               if after > start and f.first_id < end)
-
-
-def files_end(files: list[st.PutFile], next_id: int, end: int) -> int:
-    """The row after the last of the put ``files`` (in id order, ``next_id`` after
-    the last) that hold a row before ``end``: where reading those rows ends."""
-    return max((after for f, after in zip(files, ends(files, next_id), strict=True)
-                if f.first_id < end), default=end)
-
-
 def advanced(cursor: st.Cursor, files: list[st.PutFile], next_id: int, upto: int,
              bound: int) -> st.Cursor:
     """The cursor after an ingest from ``cursor`` of the rows below ``bound`` of the

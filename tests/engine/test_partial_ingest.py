@@ -1,6 +1,6 @@
 """A take of new puts ingests the tasks it leases alone: the first ids, when the
-puts' tags say they are the ones a fifo takes and they fill at least half the
-put files that hold them (here, puts write files of two rows). The rest stay
+puts' tags say they are the ones a fifo takes, however few of the rows of the
+put files that hold them they are (here, puts write files of two rows). The rest stay
 in the inbox, the cursor counting the rows ingested of the puts after its
 version (``Cursor.partial``), until a later take or an ingest moves them, once.
 """
@@ -192,51 +192,31 @@ def test_a_consumer_of_new_puts_takes_each_batch_with_the_last_ones_acks(sq: Que
 
 
 @pytest.mark.parametrize("engine", ["accelerated", "portable"])
-def test_a_small_take_of_a_big_put_ingests_the_put_files_that_hold_its_tasks(
+def test_a_small_take_of_a_big_put_leases_its_tasks_alone_by_a_record(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
-    """Its tasks would be a few rows of the files it reads whole: it ingests those
-    files, the rest of them ready, and leaves the put's other files in the inbox.
-    The next takes take from the tasks table while it holds enough tasks ahead
-    of the puts; then the rest of the put is ingested, each task once."""
+    """Its tasks are a few rows of the put files it reads: it commits its lease
+    record alone, writing no other task, and the put's other rows wait in the
+    inbox, where a peek sees them ready. Each next take does the same from the
+    cursor it left, across put files, until the put is taken, each task once."""
     monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 4)
     sq = sparkqueue.connect(spark, sq.root, owner="consumer-a", clock=sq.clock, engine=engine)
     t = primed(sq, "small", "fifottl", change_feed=False)
     t.put(spark.range(10).coalesce(1).selectExpr("id AS n"))  # files of 4, 4 and 2 rows
     before = tasks_version(t)
     assert ids(t.take(1)) == [1]
-    assert operations(t, before) == [("WRITE", "ingest+take")]
-    assert stored_ids(t) == [1, 2, 3, 4], "the first put file, whole"
-    assert t.context.layout.cursor("small").partial == 4
+    assert stored_ids(t) == [], "the lease record alone: no task row"
+    assert t.context.layout.cursor("small").partial == 1
     assert [r["status"] for r in t.peek([1, 2, 3, 4, 5]).orderBy("task_id").collect()] == [
         "taken", "ready", "ready", "ready", "ready"]
     assert ids(t.take(2)) == [2, 3]
-    assert stored_ids(t) == [1, 2, 3, 4], "taken from the tasks table: nothing ingested"
-    assert ids(t.take(5)) == [4, 5, 6, 7, 8], "one task ahead of the puts: they are ingested"
-    assert ids(t.take(5)) == [9, 10]
-    assert stored_ids(t) == list(range(1, 11)), "each task once"
+    assert ids(t.take(3)) == [4, 5, 6], "across put files"
+    assert t.context.layout.cursor("small").partial == 6
+    assert ids(t.take(5)) == [7, 8, 9, 10]
+    assert operations(t, before) == [("WRITE", "ingest+take")] * 4
+    assert stored_ids(t) == []
     assert t.context.layout.cursor("small").partial == 0
-
-
-@pytest.mark.parametrize("engine", ["accelerated", "portable"])
-def test_a_small_take_of_a_put_file_past_a_task_files_size_ingests_one_task_files_rows(
-        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
-    """A put file bigger than a task file is not ingested whole by a take of a few
-    of its rows: the take writes one task file's rows (its own tasks first), as
-    the next take's rewrite of that file would, and the rest waits in the inbox."""
-    monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 10)
-    monkeypatch.setattr(store.schema, "TASK_FILE_ROWS", 4)
-    sq = sparkqueue.connect(spark, sq.root, owner="consumer-a", clock=sq.clock, engine=engine)
-    t = primed(sq, "part4", "fifottl", change_feed=False)
-    t.put(spark.range(10).coalesce(1).selectExpr("id AS n"))  # one put file of 10 rows
-    before = tasks_version(t)
-    assert ids(t.take(1)) == [1]
-    assert operations(t, before) == [("WRITE", "ingest+take")]
-    assert stored_ids(t) == [1, 2, 3, 4], "one task file's rows, not the put file's ten"
-    assert t.context.layout.cursor("part4").partial == 4
-    assert ids(t.take(6)) == [2, 3, 4, 5, 6, 7]
-    assert ids(t.take(5)) == [8, 9, 10]
-    assert stored_ids(t) == list(range(1, 11)), "each task once"
-    assert t.context.layout.cursor("part4").partial == 0
+    leased = t.peek(list(range(1, 11))).orderBy("task_id").collect()
+    assert [(r["task_id"], r["status"]) for r in leased] == [(i, "taken") for i in range(1, 11)]
 
 
 @pytest.mark.parametrize("engine", ["accelerated", "portable"])
@@ -244,18 +224,19 @@ def test_a_take_from_the_tasks_table_ingests_puts_that_come_before_its_tasks(
         sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch, engine: str) -> None:
     """Tasks the tasks table holds go first only where no waiting put may come
     before them: a put of a lower priority (urgent), or one whose priorities
-    are a column, is ingested before the take chooses."""
+    are a column, is ingested before the take chooses. (The tasks table holds
+    ready tasks ahead of the puts once a lease record's tasks are released.)"""
     monkeypatch.setattr(store.schema, "INBOX_FILE_ROWS", 4)
     sq = sparkqueue.connect(spark, sq.root, owner="consumer-a", clock=sq.clock, engine=engine)
     t = primed(sq, "urgent", "fifottl", change_feed=False)
     t.put(spark.range(8).coalesce(1).selectExpr("id AS n"))
-    assert ids(t.take(1)) == [1]
-    assert stored_ids(t) == [1, 2, 3, 4]
+    t.release(t.take(4))
+    assert stored_ids(t) == [1, 2, 3, 4], "released: written out of their record, ready"
     t.urgent({"n": 100})
     assert ids(t.take(1)) == [9], "the urgent put's task, ingested with the rest"
     assert stored_ids(t) == list(range(1, 10))
     t.put(spark.range(8).coalesce(1).selectExpr("id AS n"))
-    assert ids(t.take(1)) == [2], "a put of the same priority comes after"
+    assert ids(t.take(1)) == [1], "a put of the same priority comes after"
     assert stored_ids(t) == list(range(1, 10)), "and waits in the inbox"
     t.put([{"n": 0}], pri=F.lit(-1))
     assert ids(t.take(1)) == [18], "a put whose priority is a column may come first"
@@ -278,7 +259,8 @@ def test_a_take_whose_tasks_ahead_go_to_another_meanwhile_ingests_the_puts_first
     t.put({"n": 0}, pri=5, ttr=10)
     assert ids(t.take(1)) == [1], "a lease record: settled by a commit once it ends"
     t.put(spark.range(8).coalesce(1).selectExpr("id AS n"))  # tasks 2 to 9, files of 4
-    assert ids(other.take(1)) == [2]
+    other.release(other.take(4))  # tasks 2 to 5 written out of their record, ready
+    assert ids(other.take(1)) == [2], "leased in a file apart from 3, 4 and 5"
     assert stored_ids(t)[-4:] == [2, 3, 4, 5], "3, 4 and 5 ready ahead of the puts of 6 to 9"
     decide = ingest_for_take
     raced: list[list[int]] = []
