@@ -271,16 +271,30 @@ class Queue:
         return folder
 
     def _register(self, name: str, type_name: str, options: dict[str, Any]) -> bool:
-        """Insert the registry row unless the name exists; True if this call inserted it."""
+        """Insert the registry row unless the name exists; True if this call inserted it.
+        Where the store can (:meth:`Store.append_if`), the row is appended by a
+        commit that read the whole registry, so a tube registered meanwhile
+        makes it conflict and the retry finds the name; elsewhere an
+        insert-only MERGE, which conflicts alike."""
         tag = CommitTag.new("create")
-        on = self._same_name("t.name", "s.name")
+        layout = self._layout
+        row = {"name": name, "type": type_name, "options": json.dumps(options),
+               "created": float(time.time())}
+
+        def absent(version: int) -> bool:
+            return not layout.read_registry(version).where(
+                self._same_name("name", st.sql_literal(name, "string"))).take(1)
 
         def attempt() -> bool:
-            with self._layout.tagged(tag) as sess:
-                row = sess.createDataFrame(
-                    [(name, type_name, json.dumps(options), float(time.time()))],
+            appended = layout.store.append_if(layout.registry, row, tag, absent)
+            if appended is not None:
+                return appended
+            with layout.tagged(tag) as sess:
+                frame = sess.createDataFrame(
+                    [tuple(row.values())],
                     "name string, type string, options string, created double")
-                first = st.merge(sess, self._layout.registry, row, on, [st.When("insert_all")])
+                on = self._same_name("t.name", "s.name")
+                first = st.merge(sess, layout.registry, frame, on, [st.When("insert_all")])
                 return bool(first is not None and int(first["num_inserted_rows"]) > 0)
         return st.retrying(attempt, deadline=time.monotonic() + self.config.conflict_timeout,
                            what=f"registering tube {name!r}")

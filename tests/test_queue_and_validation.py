@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +23,7 @@ from sparkqueue import (
     TubeNotFound,
     store,
 )
+from sparkqueue.store.txn import AcceleratedStore
 from tests.conftest import first_row, versions
 
 BAD_NAMES = ["", "x" * 33, "it's", "a;b", "a.b", "a/b", "a b", "tübe", "'; DROP", None, 7, b"ab"]
@@ -166,6 +168,49 @@ def test_racing_creators_end_with_one_tube_and_one_tube_exists(
         th.join()
     assert sorted(outcomes) == ["created", "exists"]
     assert sq.tubes() == ["race"]
+
+
+def test_a_creator_whose_registry_snapshot_misses_a_tube_registered_meanwhile_gets_tube_exists(
+        sq: Queue, spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The accelerated engine appends a new tube's registry row in a commit that read
+    the whole registry: a tube registered after its snapshot makes it conflict,
+    and the retry finds the name."""
+    other = sparkqueue.connect(spark, sq.root)
+    real = AcceleratedStore.append_if
+    calls: list[str] = []
+
+    def racing(self: AcceleratedStore, path: str, row: dict[str, Any], tag: Any,
+               absent: Callable[[int], bool]) -> bool | None:
+        calls.append(json.loads(row["options"])["temporary"] and "other" or row["type"])
+
+        def then_another(version: int) -> bool:
+            found = absent(version)
+            other.create_tube("race", "fifottl", temporary=True)  # commits after the snapshot
+            return found
+        return real(self, path, row, tag, then_another if len(calls) == 1 else absent)
+
+    monkeypatch.setattr(AcceleratedStore, "append_if", racing)
+    with pytest.raises(TubeExists):
+        sq.create_tube("race", "fifo")
+    assert calls == ["fifo", "other", "fifo"], "the first append conflicted, the retry found it"
+    assert sq.tube("race").type == "fifottl", "the other creator's tube"
+    registry = spark.read.format("delta").load(f"{sq.root}/_registry")
+    assert registry.where("name = 'race'").count() == 1
+
+
+def test_a_registry_made_without_plain_files_still_registers_tubes(
+        spark: SparkSession, root: str) -> None:
+    """A registry whose settings let no file be written from the driver (one made
+    before they were set) gets its rows by an insert-only MERGE."""
+    spark.sql(f"CREATE TABLE delta.`{root}/_registry` (name string, type string, "
+              "options string, created double) USING delta")
+    sq = sparkqueue.connect(spark, root, engine="accelerated")
+    sq.create_tube("a")
+    with pytest.raises(TubeExists):
+        sq.create_tube("a")
+    assert sq.tubes() == ["a"]
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{root}/_registry`").select("operation")
+    assert {r[0] for r in history.collect()} == {"CREATE TABLE", "MERGE"}
 
 
 class NewestFirst(FifoDriver):

@@ -136,10 +136,14 @@ class Layout(LogReader):
                     "table, or move those tubes away to start an empty queue here"))
             if self.catalog:
                 self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.root}")
-        self._create(self.registry, REGISTRY_SCHEMA, {})
+        # Plain files with statistics of the name alone: a new tube's row is then
+        # one file written from the driver (Store.append_if), not a MERGE.
+        self._create(self.registry, REGISTRY_SCHEMA, {
+            "delta.enableDeletionVectors": "false",
+            "delta.dataSkippingStatsColumns": "name"})
 
-    def read_registry(self) -> DataFrame:
-        """The registry's rows at its newest version.
+    def read_registry(self, version: int | None = None) -> DataFrame:
+        """The registry's rows at ``version`` (by default its newest).
 
         Where the store lists its files without a Spark job
         (:meth:`Store.listed_files`), read as those Parquet files, in one Spark
@@ -147,12 +151,15 @@ class Layout(LogReader):
         state first (two jobs more), and the registry changes at every create
         and drop.
         """
-        listed = self.store.listed_files(self.registry, self.latest_version(self.registry))
+        at = self.latest_version(self.registry) if version is None else version
+        listed = self.store.listed_files(self.registry, at)
         if listed is not None:
             if not listed:
                 return self.spark.createDataFrame([], REGISTRY_SCHEMA)
             return self.read_files(self.registry, listed, REGISTRY_SCHEMA)
-        return self.read(self.registry)
+        if version is None:
+            return self.read(self.registry)
+        return self.spark.sql(f"SELECT * FROM {sql_table(self.registry)} VERSION AS OF {at}")
 
     def create_stats_table(self, schema: T.StructType) -> None:
         if self._versions.get(self.stats, -1) < 0:

@@ -144,6 +144,10 @@ class PortableStore:
         since (:meth:`LogReader.checkpoint_stats`)."""
         return self.log.checkpoint_stats(path, latest)
 
+    def append_if(self, path: str, row: dict[str, Any], tag: CommitTag,
+                  absent: Callable[[int], bool]) -> bool | None:
+        return None  # SQL cannot say a commit read the whole table: the caller MERGEs
+
     def listed_files(self, path: str, version: int) -> list[str] | None:
         return None  # a checksum read is a Spark job here: the table's read costs no more
 

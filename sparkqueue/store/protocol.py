@@ -124,6 +124,15 @@ class Store(Protocol):
         where the log's commit files alone do not give them; None where
         unknown."""
 
+    def append_if(self, path: str, row: dict[str, Any], tag: CommitTag,
+                  absent: Callable[[int], bool]) -> bool | None:
+        """Append the one ``row`` (column name -> value) to the table at ``path``, in a
+        commit that has read all of it, where ``absent(version)`` holds of the
+        snapshot that commit is checked against: True when committed, False
+        when ``absent`` said no. None, having written nothing, where this
+        store cannot (the caller then writes by SQL). A commit since that
+        snapshot makes this one conflict, to be retried."""
+
     def listed_files(self, path: str, version: int) -> list[str] | None:
         """The data files of ``path`` at ``version`` as its checksum file lists
         them, where that costs no Spark job (a read of those files is then one

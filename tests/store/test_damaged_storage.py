@@ -13,6 +13,7 @@ from pyspark.sql import SparkSession
 
 import sparkqueue
 from sparkqueue import FakeClock, Queue, StorageError, Tube, TubeNotFound, store
+from sparkqueue.store.txn import AcceleratedStore
 
 #: what py4j shows of S3A's error after its retries
 S3A_DOWN = ("An error occurred while calling o1.save.\n: org.apache.hadoop.fs.s3a."
@@ -161,7 +162,8 @@ def test_a_storage_failure_reading_or_writing_the_registry_is_a_storage_error(
             call()
         assert err.value.path == registry and "Connection refused" in err.value.problem
     monkeypatch.undo()
-    monkeypatch.setattr(store, "merge", unreachable)  # the registration's own write
+    monkeypatch.setattr(store, "merge", unreachable)  # the registration's own write:
+    monkeypatch.setattr(AcceleratedStore, "append_if", unreachable)  # by either way
     with pytest.raises(StorageError, match="Connection refused"):
         sq.create_tube("new", "fifo")
     monkeypatch.undo()
