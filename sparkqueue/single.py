@@ -15,7 +15,6 @@ from .engine import put as putting
 from .engine import records as recs
 from .engine import take as taking
 from .errors import TaskNotFound
-from .store import CommitTag
 from .task import Task, TaskState
 from .tube import Tasks, Tube
 
@@ -93,9 +92,4 @@ class SingleTube(Tube):
         return self._ctx.guarded(lambda: stats.census(self._ctx, self._ctx.now())[0])
 
     def truncate(self) -> None:
-        def run() -> None:
-            ing.ingest(self._ctx)
-            with self._ctx.layout.tagged(CommitTag.new("truncate")) as sess:
-                st.delete(sess, self._ctx.layout.tasks(self._ctx.key),  # and lease records,
-                          f"task_id >= 0 OR status IN ('{st.LEASE}', '{st.SETTLED}')")  # settled
-        self._ctx.retrying(run, what=f"truncate of {self.name!r}")
+        ing.truncate(self._ctx)

@@ -388,3 +388,62 @@ def ingest(ctx: TubeContext, newest: dict[str, int] | None = None) -> None:
             return
         cursor = later
     ctx.ingested_upto = upto
+
+
+
+def truncate(ctx: TubeContext) -> None:
+    """Delete every task of the tube and every put not yet ingested (Tarantool's
+    truncate), retried on conflict.
+
+    Where the store commits chosen files, one commit that has read the whole
+    tasks table removes its files, no Spark job (:func:`truncate_files`).
+    Elsewhere the puts are ingested first, then a DELETE removes all but the
+    cursor's markers."""
+    def run() -> None:
+        if truncate_files(ctx):
+            return
+        ingest(ctx)
+        with ctx.layout.tagged(CommitTag.new("truncate")) as sess:
+            st.delete(sess, ctx.layout.tasks(ctx.key),  # and lease records, settle rows
+                      f"task_id >= 0 OR status IN ('{st.LEASE}', '{st.SETTLED}')")
+    ctx.retrying(run, what=f"truncate of {ctx.name!r}")
+
+
+def truncate_files(ctx: TubeContext) -> bool:
+    """The truncate of :func:`truncate` as one commit of the store's own, which has
+    read the whole tasks table, tagged ``truncate``; False, having committed
+    nothing, where the store cannot, the files' statistics are not known
+    without a Spark job, or the table has no payload column while puts are.
+
+    With puts after the cursor, it is an ingest of no rows: every file
+    removed, the cursor moved past the newest put with a marker of its own
+    (its tag says so, as an ingest's does). Without, every file but the
+    markers' is removed, and the cursor stays (an ingest from it records its
+    transaction version next: Delta would skip a portable engine's append
+    of it, were it recorded already)."""
+    layout = ctx.layout
+    tasks = layout.tasks(ctx.key)
+    if not layout.store.commits_files:
+        return False
+    txn = layout.store.begin(tasks, read_all=True)
+    files = txn.files
+    if files is None:
+        return False
+    cursor = layout.cursor(ctx.key, at=txn.version)
+    upto = max(cursor.version, layout.latest_version(layout.inbox(ctx.key)))
+    _, next_id = layout.put_files(ctx.key, cursor, upto)
+    after = st.Cursor(upto, next_id)
+    if after == cursor:
+        if all(st.is_marker(f) for f in files.values()):
+            return True  # nothing to delete
+        return layout.store.remove_files(
+            tasks, lambda now: [n for n, f in now.items() if not st.is_marker(f)],
+            CommitTag.new("truncate"), read_all=True) is not None
+    payload = payload_schema(ctx)
+    if payload is None:
+        return False  # puts whose payload schema is not read: the DELETE's way
+    tag = CommitTag.new("truncate", upto=after.version, next_id=after.next_id)
+    txn.ingest(ctx.key, cursor, after, [], None, tag, removed=files,
+               like=T.StructType([T.StructField("data", payload)]))
+    ctx.ingested_upto = upto
+    return True

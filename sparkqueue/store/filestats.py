@@ -12,7 +12,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .schema import LEASE, SETTLED
+from .schema import LEASE, MARKER, SETTLED
 from .sql import id_runs
 
 #: What :func:`head_bound` reads of a data file's statistics: key -> (kind, column).
@@ -46,6 +46,11 @@ FILE_STATS = {
 #: proportion to the columns it covers.
 STATS_COLUMNS = sorted({col for _, col in FILE_STATS.values()}
                        | {"next_event", "delay_end", "change_token"})
+
+
+def is_marker(f: dict[str, Any]) -> bool:
+    """Whether a data file's statistics show a file of cursor markers alone."""
+    return bool(f["min_status"] == MARKER == f["max_status"])
 
 
 def is_record(f: dict[str, Any]) -> bool:

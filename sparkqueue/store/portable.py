@@ -133,7 +133,8 @@ class PortableStore:
         return AppendTransaction(self.log, path)
 
     def remove_files(self, path: str, choose: Callable[[Files], list[str] | None],
-                     tag: CommitTag, rows: int | None = None) -> int | None:
+                     tag: CommitTag, rows: int | None = None, read_all: bool = False,
+                     ) -> int | None:
         self._cannot(f"remove chosen files of {path}")
 
     def rewrite_files(self, path: str, names: list[str]) -> int:

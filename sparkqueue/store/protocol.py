@@ -103,10 +103,12 @@ class Store(Protocol):
         table, which only a store that :attr:`commits_files` can."""
 
     def remove_files(self, path: str, choose: Callable[[Files], list[str] | None],
-                     tag: CommitTag, rows: int | None = None) -> int | None:
+                     tag: CommitTag, rows: int | None = None, read_all: bool = False,
+                     ) -> int | None:
         """Remove whole, in one commit reading no data, the files ``choose`` picks
         from the newest snapshot's; the version, or None when it picked none.
-        ``rows``: the rows the commit deletes, for its metrics. Only where
+        ``rows``: the rows the commit deletes, for its metrics. ``read_all``: the
+        commit has read the whole table (see :meth:`begin`). Only where
         :attr:`commits_files`."""
 
     def rewrite_files(self, path: str, names: list[str]) -> int:

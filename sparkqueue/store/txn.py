@@ -202,9 +202,12 @@ class AcceleratedStore:
             txn, struct, meta["metaData"].get("configuration") or {},
             [*local, marker_row(cursor)], actions)
         if written is None:
-            runs = [*runs, *[self.spark.createDataFrame(
-                [tuple(row.get(f.name) for f in struct.fields)], struct) for row in local]]
-            frame = ingest_frame(runs, cursor)
+            def frame_of(row: dict[str, Any]) -> DataFrame:
+                return self.spark.createDataFrame([tuple(row.get(f.name) for f in struct.fields)],
+                                                  struct)
+            runs = [*runs, *[frame_of(row) for row in local]]
+            # no rows at all (a truncate's): the marker alone
+            frame = ingest_frame(runs, cursor) if runs else frame_of(marker_row(cursor))
             if changes is not None and feed:
                 # one write: Delta sends the rows with a change type to the change feed's files
                 frame = frame.withColumn(CHANGE_TYPE, F.lit(None).cast("string")).unionByName(
@@ -401,7 +404,8 @@ class AcceleratedStore:
 
     def remove_files(self, path: str,
                      choose: Callable[[dict[str, dict[str, Any]]], list[str] | None],
-                     tag: CommitTag, rows: int | None = None) -> int | None:
+                     tag: CommitTag, rows: int | None = None, read_all: bool = False,
+                     ) -> int | None:
         """Remove whole the data files ``choose`` picks from the newest snapshot's
         (given their statistics, :meth:`files_at`), in one commit tagged ``tag``;
         the version committed, or None when it picked none (or the statistics
@@ -415,9 +419,12 @@ class AcceleratedStore:
         them removed it, and then, by Delta's conflict rules (removing a
         file another commit removed), this one is refused as a conflict; no
         race test shows it. The change data feed reads removed files as
-        deleted rows.
+        deleted rows. ``read_all``: the commit has read the whole table, so
+        any commit since its snapshot makes it conflict.
         """
         txn = self.start_transaction(path)
+        if read_all:
+            txn.readWholeTable()
         files = self.log.files_at(path, int(txn.snapshot().version()))
         names = choose(files) if files else None
         if not files or not names:
@@ -436,16 +443,11 @@ class AcceleratedStore:
         (their statistics in ``files``, as :meth:`files_at` gives them) gone
         and ``rows`` written in their place, in files of at most ``file_rows``
         rows; the version committed, and the statistics of the files written
-        (``stats_of``, and ``name``).
-
-        Each of ``rows``' partitions is written to files of its own, so rows
-        the caller keeps in separate partitions (a union keeps its inputs'
-        partitions in writer sessions, ``paths.COMMIT_SETTINGS``) never share
-        a file. The commit is an UPDATE, which Delta
-        checks as it checks one: a concurrent commit that removed one of
-        these files (changed a row of it) makes this one conflict.
-        ``updated_rows``: how many of ``rows`` the commit changed, for its
-        operation metrics.
+        (``stats_of``, and ``name``). Each of ``rows``' partitions is written
+        to files of its own (a union keeps its inputs' partitions in writer
+        sessions, ``paths.COMMIT_SETTINGS``). The commit is an UPDATE, checked
+        as one: a concurrent commit that removed one of these files makes it
+        conflict. ``updated_rows``: how many rows it changed, for its metrics.
         """
         actions = self.jvm.java.util.ArrayList()
         written = self._write(txn, rows, file_rows, actions)
