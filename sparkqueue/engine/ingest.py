@@ -390,7 +390,6 @@ def ingest(ctx: TubeContext, newest: dict[str, int] | None = None) -> None:
     ctx.ingested_upto = upto
 
 
-
 def truncate(ctx: TubeContext) -> None:
     """Delete every task of the tube and every put not yet ingested (Tarantool's
     truncate), retried on conflict.

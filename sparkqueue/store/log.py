@@ -280,8 +280,7 @@ class LogReader(Paths):
         if seen < latest:
             since = seen if seen >= 0 else max(-1, latest - schema.CURSOR_LOOKBACK)
             found = [h["tag"] for h in self.history(path, since, latest)
-                     if h["tag"]["sq"] in INGESTS and ("upto" in h["tag"]
-                                                       or h["tag"]["sq"] != "truncate")]
+                     if h["tag"]["sq"] in INGESTS or "upto" in h["tag"]]  # (a truncate)
             if found and "next_id" not in found[-1]:
                 raise QueueError(f"tube {tube!r} was made by an earlier sparkqueue (task ids "
                                  "from Delta row tracking), which this one does not read")

@@ -34,9 +34,9 @@ SETTLED = "_settled"
 INGEST_TXN = "sq-ingest"
 
 
-#: Operations (commit tags) that ingest, each tagged with the cursor it leaves (a
-#: truncate where it moved the cursor past the puts it dropped: ``upto`` in its tag).
-INGESTS = frozenset({"ingest", "ingest+take", "truncate"})
+#: Operations (commit tags) that ingest, each tagged with the cursor it leaves (as
+#: is a truncate that moved the cursor past the puts it dropped: ``upto`` in its tag).
+INGESTS = frozenset({"ingest", "ingest+take"})
 
 
 #: The column of change feed rows that says what changed (Delta's ``_change_type``).
