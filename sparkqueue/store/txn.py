@@ -141,9 +141,9 @@ class AcceleratedStore:
                   absent: Callable[[int], bool]) -> bool | None:
         """The one ``row`` appended in a transaction that has read the whole table,
         as a file written from the driver (:meth:`_write_small`): no Spark job
-        but what ``absent`` runs, where an insert-if-absent MERGE runs six (the
-        state rebuild and its own, about 1.3 s of a registry insert here).
-        None where the table's settings do not let :mod:`.smallfiles` write it."""
+        but what ``absent`` runs, where an insert-if-absent MERGE runs Delta's
+        state rebuild and its own jobs. None where the table's settings do not
+        let :mod:`.smallfiles` write it."""
         txn = self.start_transaction(path)
         txn.readWholeTable()
         if not absent(int(txn.snapshot().version())):
