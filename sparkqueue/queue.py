@@ -232,11 +232,12 @@ class Queue:
         # The tables first, then the registry row: a registered tube always had its
         # tables, so a verb that finds one missing says so and never recreates it.
         # A name already registered is left alone (its tables may be damaged).
-        if name not in self._registry_rows():
+        seen = self._registry_read()
+        if name not in seen[1]:
             folder = self._create_tables(name, shards, bool(change_feed))
             if folder != name:
                 options["folder"] = folder
-        if not self._guarded(lambda: self._register(name, type, options)):
+        if not self._guarded(lambda: self._register(name, type, options, seen)):
             if if_not_exists:
                 found = self.tube(name)
                 if len(found.parts) != shards:
@@ -270,18 +271,22 @@ class Queue:
         st.storage_guarded(layout.tube_dir(name), create, name)
         return folder
 
-    def _register(self, name: str, type_name: str, options: dict[str, Any]) -> bool:
+    def _register(self, name: str, type_name: str, options: dict[str, Any],
+                  seen: tuple[int | None, dict[str, Any]]) -> bool:
         """Insert the registry row unless the name exists; True if this call inserted it.
         Where the store can (:meth:`Store.append_if`), the row is appended by a
         commit that read the whole registry, so a tube registered meanwhile
         makes it conflict and the retry finds the name; elsewhere an
-        insert-only MERGE, which conflicts alike."""
+        insert-only MERGE, which conflicts alike. ``seen``: the registry's
+        names as :meth:`_registry_read` gave them, the answer at their version."""
         tag = CommitTag.new("create")
         layout = self._layout
         row = {"name": name, "type": type_name, "options": json.dumps(options),
                "created": float(time.time())}
 
         def absent(version: int) -> bool:
+            if version == seen[0]:
+                return not any(self._same(name, found) for found in seen[1])
             return not layout.read_registry(version).where(
                 self._same_name("name", st.sql_literal(name, "string"))).take(1)
 
@@ -310,9 +315,19 @@ class Queue:
         raise theirs."""
         return st.storage_guarded(self._layout.registry, fn)
 
+    def _same(self, name: str, other: str) -> bool:
+        """:meth:`_same_name` of two names in Python."""
+        return name.lower() == other.lower() if self._layout.catalog else name == other
+
     def _registry_rows(self) -> dict[str, tuple[str, dict[str, Any]]]:
-        rows = self._guarded(lambda: self._layout.read_registry().collect())
-        return {r["name"]: (r["type"], json.loads(r["options"])) for r in rows}
+        return self._registry_read()[1]
+
+    def _registry_read(self) -> tuple[int | None, dict[str, tuple[str, dict[str, Any]]]]:
+        """The registry's rows (name -> type, options) and the version they were read
+        at (None: not known, :meth:`Layout.registry_at`)."""
+        at, frame = self._guarded(self._layout.registry_at)
+        rows = self._guarded(frame.collect)
+        return at, {r["name"]: (r["type"], json.loads(r["options"])) for r in rows}
 
     def tube(self, name: str) -> Tube:
         """The existing tube ``name``; :class:`TubeNotFound` otherwise."""

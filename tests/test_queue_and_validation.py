@@ -23,6 +23,8 @@ from sparkqueue import (
     TubeNotFound,
     store,
 )
+from sparkqueue.store import Layout
+from sparkqueue.store.schema import COMMITS_PER_CHECKPOINT
 from sparkqueue.store.txn import AcceleratedStore
 from tests.conftest import first_row, versions
 
@@ -196,6 +198,38 @@ def test_a_creator_whose_registry_snapshot_misses_a_tube_registered_meanwhile_ge
     assert sq.tube("race").type == "fifottl", "the other creator's tube"
     registry = spark.read.format("delta").load(f"{sq.root}/_registry")
     assert registry.where("name = 'race'").count() == 1
+
+
+def test_a_create_reads_the_registry_once_where_nothing_registered_since(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """create_tube's first read of the registry answers whether the name is free at
+    the version it read: the registering commit, checked against that same
+    version, reads no more."""
+    sq.create_tube("first", "fifo")
+    reads: list[int | None] = []
+    real = Layout.registry_at
+
+    def counted(self: Layout, version: int | None = None) -> Any:
+        reads.append(version)
+        return real(self, version)
+
+    monkeypatch.setattr(Layout, "registry_at", counted)
+    sq.create_tube("second", "fifo")
+    assert reads == [None], "one read, of the newest version"
+    with pytest.raises(TubeExists):
+        sq.create_tube("second", "fifottl")
+    assert sq.tubes() == ["first", "second"]
+
+
+def test_the_registry_checkpoints_as_rarely_as_a_tubes_tables(
+        sq: Queue, spark: SparkSession) -> None:
+    """Each create and drop is a registry commit; the commit that writes a checkpoint
+    costs many times a plain one, so the registry is not left at Delta's every 10."""
+    sq.create_tube("a", "fifo")
+    for table in ("_registry", "tubes/a/tasks"):
+        found = spark.sql(f"SHOW TBLPROPERTIES delta.`{sq.root}/{table}` "
+                          "('delta.checkpointInterval')").first()
+        assert found is not None and found["value"] == str(COMMITS_PER_CHECKPOINT), table
 
 
 def test_a_registry_made_without_plain_files_still_registers_tubes(

@@ -137,13 +137,21 @@ class Layout(LogReader):
             if self.catalog:
                 self.spark.sql(f"CREATE SCHEMA IF NOT EXISTS {self.root}")
         # Plain files with statistics of the name alone: a new tube's row is then
-        # one file written from the driver (Store.append_if), not a MERGE.
+        # one file written from the driver (Store.append_if), not a MERGE. A
+        # checkpoint as rare as a tube's tables': each create and drop is a commit,
+        # and the commit that writes a checkpoint costs many times a plain one.
         self._create(self.registry, REGISTRY_SCHEMA, {
             "delta.enableDeletionVectors": "false",
-            "delta.dataSkippingStatsColumns": "name"})
+            "delta.dataSkippingStatsColumns": "name",
+            CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)})
 
     def read_registry(self, version: int | None = None) -> DataFrame:
-        """The registry's rows at ``version`` (by default its newest).
+        """The registry's rows at ``version`` (by default its newest): :meth:`registry_at`'s."""
+        return self.registry_at(version)[1]
+
+    def registry_at(self, version: int | None = None) -> tuple[int | None, DataFrame]:
+        """The registry's rows at ``version`` (by default its newest), and the version
+        they are read at (None: Delta's newest, where a plain read gives them).
 
         Where the store lists its files without a Spark job
         (:meth:`Store.listed_files`), read as those Parquet files, in one Spark
@@ -155,15 +163,16 @@ class Layout(LogReader):
         listed = self.store.listed_files(self.registry, at)
         if listed is not None:
             if not listed:
-                return self.spark.createDataFrame([], REGISTRY_SCHEMA)
-            return self.read_files(self.registry, listed, REGISTRY_SCHEMA)
+                return at, self.spark.createDataFrame([], REGISTRY_SCHEMA)
+            return at, self.read_files(self.registry, listed, REGISTRY_SCHEMA)
         if version is None:
-            return self.read(self.registry)
-        return self.spark.sql(f"SELECT * FROM {sql_table(self.registry)} VERSION AS OF {at}")
+            return None, self.read(self.registry)
+        return at, self.spark.sql(
+            f"SELECT * FROM {sql_table(self.registry)} VERSION AS OF {at}")
 
     def create_stats_table(self, schema: T.StructType) -> None:
         if self._versions.get(self.stats, -1) < 0:
-            self._create(self.stats, schema, {})
+            self._create(self.stats, schema, {CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)})
             self.latest_version(self.stats)
 
     def create_tube_tables(self, tube: str, change_feed: bool = False) -> None:

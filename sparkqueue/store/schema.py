@@ -118,7 +118,7 @@ TASK_FILE_ROWS = 20_000
 #: Parquet cannot skip to a row, so a put's files bound what a take reads.
 INBOX_FILE_ROWS = 100_000
 
-#: Commits between Delta checkpoints of a tube's tables (Delta's default: 10). A
+#: Commits between Delta checkpoints of a root's tables (Delta's default: 10). A
 #: queue commits often and small (two a batch for take and ack), and the commit
 #: that writes a checkpoint rebuilds the table's state and writes it in Spark
 #: jobs, many times a plain commit's cost. More commits between checkpoints

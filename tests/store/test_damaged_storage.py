@@ -156,7 +156,7 @@ def test_a_storage_failure_reading_or_writing_the_registry_is_a_storage_error(
     registration failed is not registered."""
     sq.create_tube("kept", "fifo")
     registry = sq.tube("kept").context.layout.registry
-    monkeypatch.setattr(store.Layout, "read_registry", unreachable)
+    monkeypatch.setattr(store.Layout, "registry_at", unreachable)
     for call in (lambda: sq.tube("kept"), sq.tubes, lambda: sq.create_tube("new", "fifo")):
         with pytest.raises(StorageError) as err:
             call()
