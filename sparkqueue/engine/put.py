@@ -23,7 +23,7 @@ from ..errors import (
 from ..store import CommitTag
 from ..task import LIVE_STATES, Task
 from .context import TubeContext
-from .ingest import empty, payload_schema, pending_rows
+from .ingest import data_schema, empty, payload_schema, pending_rows
 from .records import live_tasks
 
 #: The Delta transaction id that puts of a capacity tube record, one after another.
@@ -153,6 +153,10 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
     until = time.monotonic() + (opts.timeout or 0.0)
     adding = frame.count() if capacity else -1
     deadline = ctx.deadline(opts.timeout or 0.0)
+    first = tube_schema is None
+    # a first put whose write cannot fail (Python rows, no per-row options) gives the
+    # inbox its payload column apart, right before it appends
+    apart = first and not put["columns"] and not st.is_dataframe(data)
     while True:
         if adding == 0:
             return empty(ctx)
@@ -162,20 +166,20 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
         # versions in one look (one Spark job on the portable engine, not one each)
         newest = layout.latest_versions([inbox, tasks])
         anchor, before = layout.cursor(ctx.key, at=newest[tasks]), newest[inbox]
-        if capacity and txn is None:
-            # Puts of a capacity tube commit in turn: each records the capacity
-            # transaction id at one past the last one's, read before it counts the
-            # live tasks. A put that committed after that count took the version,
-            # so Delta skips this append (or refuses it, when they race) and it
-            # counts again: two puts never both count the same room.
-            claim = layout.last_tag_value(inbox, CAPACITY_TXN) + 1
+        # Puts of a capacity tube commit in turn: each records the capacity
+        # transaction id at one past the last one's, read before it counts the
+        # live tasks. A put that committed after that count took the version,
+        # so Delta skips this append (or refuses it, when they race) and it
+        # counts again: two puts never both count the same room. (A sink's
+        # micro-batch has its own transaction id: counted, unserialized.)
+        claim = layout.last_tag_value(inbox, CAPACITY_TXN) + 1 if capacity and not txn else 0
+        if capacity:
             wait_for_room(ctx, capacity, adding, until)
-            appended = append(ctx, rows, tag.adding(**{CAPACITY_TXN: claim}),
-                              (CAPACITY_TXN, claim), tube_schema is None, before)
-        else:
-            if capacity:  # a sink's micro-batch: its own transaction id, counted unserialized
-                wait_for_room(ctx, capacity, adding, until)
-            appended = append(ctx, rows, tag, txn, tube_schema is None, before)
+        if apart:
+            apart, first = False, not give_inbox_payload(ctx, rows.schema["data"].dataType)
+        appended = (append(ctx, rows, tag.adding(**{CAPACITY_TXN: claim}),
+                           (CAPACITY_TXN, claim), first, before) if claim else
+                    append(ctx, rows, tag, txn, first, before))
         # read at the put's own version: the sweeper purges ingested inbox rows later
         found = layout.commit_of(inbox, tag.token, before) if appended else None
         if found is not None:
@@ -196,6 +200,28 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
         assert row is not None
         return Task.from_row(row)
     return created
+
+
+def give_inbox_payload(ctx: TubeContext, payload: T.DataType) -> bool:
+    """Give a new tube's inbox the payload column (of type ``payload``, nullable in
+    every part) in a commit of the schema alone, before its first put appends;
+    True once it has. An append that adds a column leaves the list of files out
+    of its version's checksum file, and the next put would rebuild the inbox's
+    state to write it again.
+
+    :class:`SchemaRace` where another first put gave the inbox its payload
+    meanwhile (this put is then made again, conformed to it); False where Delta
+    refused the change otherwise (it cannot spell the type): the append then
+    adds the column itself."""
+    inbox = ctx.layout.inbox(ctx.key)
+    with ctx.layout.tagged(CommitTag.new("payload")) as sess:
+        try:
+            st.add_column(sess, inbox, "data", payload)
+        except Exception as e:
+            if data_schema(ctx, inbox) is not None:
+                raise SchemaRace(ctx.name) from e
+            return False
+    return True
 
 
 def give_payload_column(ctx: TubeContext, payload: T.DataType) -> None:

@@ -56,6 +56,28 @@ def test_a_recorded_take_writes_record_and_marker_with_the_statistics_of_a_spark
     assert t.statistics()["tasks"]["total"] == 0
 
 
+def test_a_new_tubes_first_put_gives_its_inbox_the_payload_column_alone(
+        sq: Queue, spark: SparkSession) -> None:
+    """An append that adds the payload column leaves the list of files out of its
+    checksum, and the next put would rebuild the inbox's state in Spark jobs; the
+    first put's commit of the column alone keeps it: the second put costs as many
+    Spark jobs as the third."""
+    t = sq.create_tube("first", "fifottl")
+    t.put([{"n": 1}])
+    inbox = t.context.layout.inbox(t.context.key)
+    history = spark.sql(f"DESCRIBE HISTORY delta.`{inbox}`").orderBy("version")
+    assert [r[0] for r in history.select("operation").collect()] == [
+        "CREATE TABLE", "ADD COLUMNS", "WRITE"]
+    jobs = []
+    for n in (2, 3):
+        before = spark_jobs(spark)
+        t.put([{"n": n}])
+        jobs.append(spark_jobs(spark) - before)
+    assert jobs[0] == jobs[1], jobs
+    assert [r["data"]["n"] for r in t.peek([0, 1, 2]).orderBy("task_id").collect()] == [1, 2, 3]
+    assert t.statistics()["calls"]["put"] == 3
+
+
 def test_a_new_tubes_first_put_gives_its_tasks_table_the_payload_column_alone(
         sq: Queue, spark: SparkSession) -> None:
     """A commit that adds the column and files both leaves the list of files out of
