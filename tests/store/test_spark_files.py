@@ -168,3 +168,31 @@ def test_a_tube_made_here_is_put_to_without_asking_delta_for_its_versions(
     finally:
         layout.files.spark = spark
     assert sorted(r["data"]["n"] for r in t.take(3).collect()) == [0, 1, 2]
+
+
+def test_a_new_tubes_first_put_reads_no_commit_of_its_tasks_table(
+        spark: SparkSession, root: str, clock: Any) -> None:
+    """The tasks table ``create_tube`` made holds no ingest at its version 0: the
+    first put counts its ids from the first cursor without reading that
+    commit (a Spark job); it reads its own commit alone, to find it."""
+    import sparkqueue
+
+    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    t = sq.create_tube("first_put", "fifottl")
+    layout = t.context.layout
+    read: list[str] = []
+    read_many = layout.files.read_many
+
+    def counting(files: list[str]) -> dict[str, str]:
+        read.extend(files)
+        return read_many(files)
+
+    layout.files.read_many = counting  # type: ignore[method-assign]
+    try:
+        put = t.put([{"n": i} for i in range(3)])
+    finally:
+        layout.files.read_many = read_many  # type: ignore[method-assign]
+    inbox = layout.table_path(layout.inbox("first_put"))
+    assert read == [f"{inbox}/_delta_log/00000000000000000001.json"], read
+    assert sorted(r["task_id"] for r in put.collect()) == [0, 1, 2]
+    assert sorted(r["data"]["n"] for r in t.take(3).collect()) == [0, 1, 2]
