@@ -4,6 +4,8 @@ the newest version from the commit files after a known one, Delta's answer other
 from __future__ import annotations
 
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,24 @@ class NoHistory:
 
     def sql(self, query: str, *args: Any) -> Any:
         raise AssertionError(f"asked Delta: {query}")
+
+
+@contextmanager
+def commit_reads(layout: Any) -> Iterator[list[str]]:
+    """The files ``layout``'s log reader reads by name in the block, in order."""
+    read: list[str] = []
+    read_many = layout.files.read_many
+
+    def counting(names: list[str]) -> dict[str, str]:
+        read.extend(names)
+        found: dict[str, str] = read_many(names)
+        return found
+
+    layout.files.read_many = counting
+    try:
+        yield read
+    finally:
+        layout.files.read_many = read_many
 
 
 def delta_table(spark: SparkSession, path: Path, commits: int) -> str:
@@ -133,17 +153,9 @@ def test_a_take_and_its_ack_read_each_commit_file_once(
     t = sq.create_tube("read_once", "fifottl")
     t.put([{"n": i} for i in range(30)])
     t.ack(t.take(1))  # ingests
-    layout = t.context.layout
-    read: list[str] = []
-    read_many = layout.files.read_many
-
-    def counting(files: list[str]) -> dict[str, str]:
-        read.extend(files)
-        return read_many(files)
-
-    layout.files.read_many = counting  # type: ignore[method-assign]
-    for _ in range(3):
-        t.ack(t.take(2))
+    with commit_reads(t.context.layout) as read:
+        for _ in range(3):
+            t.ack(t.take(2))
     commits = [f for f in read if f.endswith(".json")]
     assert commits and len(commits) == len(set(commits)), commits
     assert t.statistics()["tasks"]["done"] == 7
@@ -180,18 +192,8 @@ def test_a_new_tubes_first_put_reads_no_commit_of_its_tasks_table(
     sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
     t = sq.create_tube("first_put", "fifottl")
     layout = t.context.layout
-    read: list[str] = []
-    read_many = layout.files.read_many
-
-    def counting(files: list[str]) -> dict[str, str]:
-        read.extend(files)
-        return read_many(files)
-
-    layout.files.read_many = counting  # type: ignore[method-assign]
-    try:
+    with commit_reads(layout) as read:
         put = t.put([{"n": i} for i in range(3)])
-    finally:
-        layout.files.read_many = read_many  # type: ignore[method-assign]
     inbox = layout.table_path(layout.inbox("first_put"))
     assert read == [f"{inbox}/_delta_log/00000000000000000001.json"], read
     assert sorted(r["task_id"] for r in put.collect()) == [0, 1, 2]
