@@ -219,7 +219,7 @@ class Layout(LogReader):
         )
         if made:
             self._serializable[self.tasks(tube)] = True
-            self.note_new_tasks_table(self.tasks(tube))
+            self.note_first_cursor(self.tasks(tube))
 
     def settles_by_append(self, path: str) -> bool:
         """Whether a lease record of the tasks table ``path`` may be settled by an

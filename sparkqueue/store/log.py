@@ -142,12 +142,11 @@ class LogReader(Paths):
         this process made or found): :meth:`known_version` answers no older."""
         self._versions[path] = max(self._versions.get(path, -1), version)
 
-    def note_new_tasks_table(self, path: str) -> None:
-        """Write down that the tasks table at ``path`` was just made by this process:
-        its version 0, the creation, holds no ingest, so its cursor there is the
-        first one (:meth:`cursor` then reads no commit file to learn it: a Spark
-        job on the portable engine, in a new tube's first put)."""
-        self.note_version(path, 0)
+    def note_first_cursor(self, path: str) -> None:
+        """Write down the cursor at version 0 of the tasks table at ``path``, which
+        this process has just made: the creation holds no ingest, so the cursor
+        there is the first one, and :meth:`cursor` reads no commit file to learn
+        it (a Spark job on the portable engine, in a new tube's first put)."""
         self._cursors[path] = (0, Cursor(0, 0))
 
     def newest_version(self, ref: str) -> int | None:
