@@ -172,14 +172,15 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
         # so Delta skips this append (or refuses it, when they race) and it
         # counts again: two puts never both count the same room. (A sink's
         # micro-batch has its own transaction id: counted, unserialized.)
-        claim = layout.last_tag_value(inbox, CAPACITY_TXN) + 1 if capacity and not txn else 0
+        claim = (layout.last_tag_value(inbox, CAPACITY_TXN) + 1 if capacity and not txn
+                 else None)
         if capacity:
             wait_for_room(ctx, capacity, adding, until)
         if apart:
             apart, first = False, not give_inbox_payload(ctx, rows.schema["data"].dataType)
-        appended = (append(ctx, rows, tag.adding(**{CAPACITY_TXN: claim}),
-                           (CAPACITY_TXN, claim), first, before) if claim else
-                    append(ctx, rows, tag, txn, first, before))
+        appended = (append(ctx, rows, tag, txn, first, before) if claim is None else
+                    append(ctx, rows, tag.adding(**{CAPACITY_TXN: claim}),
+                           (CAPACITY_TXN, claim), first, before))
         # read at the put's own version: the sweeper purges ingested inbox rows later
         found = layout.commit_of(inbox, tag.token, before) if appended else None
         if found is not None:
@@ -214,14 +215,10 @@ def give_inbox_payload(ctx: TubeContext, payload: T.DataType) -> bool:
     refused the change otherwise (it cannot spell the type): the append then
     adds the column itself."""
     inbox = ctx.layout.inbox(ctx.key)
-    with ctx.layout.tagged(CommitTag.new("payload")) as sess:
-        try:
-            st.add_column(sess, inbox, "data", payload)
-        except Exception as e:
-            if data_schema(ctx, inbox) is not None:
-                raise SchemaRace(ctx.name) from e
-            return False
-    return True
+    refused = add_payload_column(ctx, inbox, payload)
+    if refused is not None and data_schema(ctx, inbox) is not None:
+        raise SchemaRace(ctx.name) from refused
+    return refused is None
 
 
 def give_payload_column(ctx: TubeContext, payload: T.DataType) -> None:
@@ -237,11 +234,21 @@ def give_payload_column(ctx: TubeContext, payload: T.DataType) -> None:
     column first, or Delta cannot spell the type. The put is committed either
     way, and an ingest adds the column where it is not.
     """
+    add_payload_column(ctx, ctx.layout.tasks(ctx.key), payload)  # refused: see above
+
+
+def add_payload_column(ctx: TubeContext, table: str, payload: T.DataType,
+                       ) -> Exception | None:
+    """Add the payload column ``data`` (of type ``payload``) to one of the tube's
+    tables in a commit of the schema alone, tagged ``payload``; Delta's error
+    where it refused (the column is there already, or it cannot spell the
+    type), None once added. Nothing is written when it refuses."""
     with ctx.layout.tagged(CommitTag.new("payload")) as sess:
         try:
-            st.add_column(sess, ctx.layout.tasks(ctx.key), "data", payload)
-        except Exception:  # noqa: BLE001 (see above: nothing to undo, nothing lost)
-            return
+            st.add_column(sess, table, "data", payload)
+        except Exception as e:  # noqa: BLE001 (the caller decides what a refusal means)
+            return e
+    return None
 
 
 def put_rows(ctx: TubeContext, frame: DataFrame, payload: Column, opts: PutOptions,
