@@ -51,3 +51,29 @@ def test_a_truncate_with_no_puts_waiting_keeps_the_cursor_for_either_engine(
     put = ids(portable.put([{"n": 3}, {"n": 4}]))
     assert ids(portable.take(5)) == put  # an ingest from the cursor, by an append
     assert t.statistics()["tasks"]["taken"] == 2
+
+
+def test_a_truncate_whose_marker_the_driver_cannot_write_has_spark_write_it(
+        sq: Queue, spark: SparkSession) -> None:
+    """A tasks table whose files keep statistics of every column (its
+    ``delta.dataSkippingStatsColumns`` unset) gets no file written from the
+    driver: the truncate's marker, its only row, is Spark's write, in the same
+    one commit, and the cursor moves past the puts all the same."""
+    t = sq.create_tube("t", "fifottl")
+    first = ids(t.put([{"n": i} for i in range(4)]))
+    t.take(2)
+    t.put([{"n": 9}])  # waiting in the inbox: the truncate moves the cursor past it
+    tasks = t.context.layout.tasks("t")
+    spark.sql(f"ALTER TABLE delta.`{tasks}` UNSET TBLPROPERTIES "
+              "('delta.dataSkippingStatsColumns')")
+    before = t.context.layout.latest_version(tasks)
+    jobs = spark_jobs(spark)
+    t.truncate()
+    assert spark_jobs(spark) > jobs, "Spark wrote the marker"
+    assert operations(t, before) == [("WRITE", "truncate")]
+    assert stored_ids(t) == []
+    markers = t.context.layout.read(tasks).where("task_id < 0").count()
+    assert markers >= 1, "the cursor's marker is there"
+    later = ids(t.put([{"n": 10}]))
+    assert later[0] > max(first) + 1, "no id given again"
+    assert ids(t.take(5)) == later

@@ -228,3 +228,26 @@ def test_a_consumer_ends_on_a_missing_table(sq: Queue) -> None:
     finally:
         net.cancel()
     assert not err.value.transient
+
+
+def test_a_registry_version_without_its_checksum_is_read_by_time_travel(sq: Queue) -> None:
+    """The registry at a version is read as the files that version's checksum
+    lists; where that checksum is gone (a writer that writes none), as
+    Delta's time travel reads it: the same tubes, as of that version."""
+    layout = sq.layout
+    sq.create_tube("a", "fifo")
+    first = layout.latest_version(layout.registry)
+    sq.create_tube("b", "fifo")
+    second = layout.latest_version(layout.registry)
+
+    def names(version: int) -> list[str]:
+        at, rows = layout.registry_at(version)
+        assert at == version
+        return sorted(r["name"] for r in rows.select("name").collect())
+
+    listed = {v: names(v) for v in (first, second)}
+    assert listed == {first: ["a"], second: ["a", "b"]}
+    for version in (first, second):
+        (local(layout.registry) / "_delta_log" / f"{version:020d}.crc").unlink()
+        assert layout.store.listed_files(layout.registry, version) is None
+    assert {v: names(v) for v in (first, second)} == listed
