@@ -71,8 +71,9 @@ class DeltaTransaction:
         a payload (``data``, last) where the table has none yet (a new tube's
         first ingest: :meth:`ingest` adds it as ``mergeSchema`` would; an
         append in a transaction cannot evolve the schema otherwise)."""
-        table = fields_of(_schema(self._txn))
-        have = fields_of(frame.schema)
+        def fields(table: T.StructType) -> list[tuple[str, str]]:  # nullability aside
+            return [(f.name, f.dataType.simpleString()) for f in table.fields]
+        table, have = fields(_schema(self._txn)), fields(frame.schema)
         if "data" not in dict(table) and have and have[-1][0] == "data":
             have = have[:-1]
         return have == table
@@ -495,8 +496,3 @@ def _keeps_feed(txn: Any) -> bool:
 def _schema(txn: Any) -> T.StructType:
     """The table schema of ``txn`` (its snapshot's, or what the transaction set)."""
     return T.StructType.fromJson(json.loads(txn.metadata().schema().json()))
-
-
-def fields_of(table: T.StructType) -> list[tuple[str, str]]:
-    """A schema's columns as (name, type), nullability aside."""
-    return [(f.name, f.dataType.simpleString()) for f in table.fields]
