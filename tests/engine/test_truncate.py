@@ -72,8 +72,12 @@ def test_a_truncate_whose_marker_the_driver_cannot_write_has_spark_write_it(
     assert spark_jobs(spark) > jobs, "Spark wrote the marker"
     assert operations(t, before) == [("WRITE", "truncate")]
     assert stored_ids(t) == []
-    markers = t.context.layout.read(tasks).where("task_id < 0").count()
-    assert markers >= 1, "the cursor's marker is there"
+    layout = t.context.layout
+    files = layout.commit_files(tasks, layout.latest_version(tasks))
+    assert files is not None and len(files[0]) == 1, "the commit adds the marker alone"
+    marker = layout.read(tasks).where(f"_metadata.file_name = '{files[0][0]}'").collect()
+    assert [(r["task_id"] < 0, r["inbox_version"]) for r in marker] == [
+        (True, layout.latest_version(layout.inbox("t")))], "past the waiting put"
     later = ids(t.put([{"n": 10}]))
     assert later[0] > max(first) + 1, "no id given again"
     assert ids(t.take(5)) == later
