@@ -7,18 +7,25 @@ from __future__ import annotations
 from pyspark.sql import SparkSession
 
 import sparkqueue
-from sparkqueue import Queue
+from sparkqueue import Queue, Tube
 
 from ..conftest import ids, operations, spark_jobs
 from .test_partial_ingest import stored_ids
 
 
-def test_a_truncate_is_one_commit_and_no_spark_job_and_ids_go_on(
-        sq: Queue, spark: SparkSession) -> None:
+def with_a_waiting_put(sq: Queue) -> tuple[Tube, list[int]]:
+    """A fifottl tube of four tasks put, two of them taken, and one more put waiting
+    in the inbox (the truncate moves the cursor past it); the first four ids."""
     t = sq.create_tube("t", "fifottl")
     first = ids(t.put([{"n": i} for i in range(4)]))
     t.take(2)
-    t.put([{"n": 9}])  # waiting in the inbox: the truncate drops it too
+    t.put([{"n": 9}])
+    return t, first
+
+
+def test_a_truncate_is_one_commit_and_no_spark_job_and_ids_go_on(
+        sq: Queue, spark: SparkSession) -> None:
+    t, first = with_a_waiting_put(sq)
     before = t.context.layout.latest_version(t.context.layout.tasks("t"))
     jobs = spark_jobs(spark)
     t.truncate()
@@ -59,20 +66,17 @@ def test_a_truncate_whose_marker_the_driver_cannot_write_has_spark_write_it(
     ``delta.dataSkippingStatsColumns`` unset) gets no file written from the
     driver: the truncate's marker, its only row, is Spark's write, in the same
     one commit, and the cursor moves past the puts all the same."""
-    t = sq.create_tube("t", "fifottl")
-    first = ids(t.put([{"n": i} for i in range(4)]))
-    t.take(2)
-    t.put([{"n": 9}])  # waiting in the inbox: the truncate moves the cursor past it
-    tasks = t.context.layout.tasks("t")
+    t, first = with_a_waiting_put(sq)
+    layout = t.context.layout
+    tasks = layout.tasks("t")
     spark.sql(f"ALTER TABLE delta.`{tasks}` UNSET TBLPROPERTIES "
               "('delta.dataSkippingStatsColumns')")
-    before = t.context.layout.latest_version(tasks)
+    before = layout.latest_version(tasks)
     jobs = spark_jobs(spark)
     t.truncate()
     assert spark_jobs(spark) > jobs, "Spark wrote the marker"
     assert operations(t, before) == [("WRITE", "truncate")]
     assert stored_ids(t) == []
-    layout = t.context.layout
     files = layout.commit_files(tasks, layout.latest_version(tasks))
     assert files is not None and len(files[0]) == 1, "the commit adds the marker alone"
     marker = layout.read(tasks).where(f"_metadata.file_name = '{files[0][0]}'").collect()

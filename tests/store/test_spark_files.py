@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
+import sparkqueue
 from sparkqueue.store import files
 from sparkqueue.store.files import SparkFiles
 
@@ -42,6 +43,11 @@ def commit_reads(layout: Any) -> Iterator[list[str]]:
         yield read
     finally:
         layout.files.read_many = read_many
+
+
+def portable_queue(spark: SparkSession, root: str, clock: Any) -> sparkqueue.Queue:
+    """A Queue on ``root`` whose engine is the portable one, owner ``a``."""
+    return sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
 
 
 def delta_table(spark: SparkSession, path: Path, commits: int) -> str:
@@ -107,10 +113,8 @@ def test_a_take_or_a_put_probes_its_tables_newest_versions_once_together(
     probe is a Spark job. A put's too (its ids count from the cursor the tasks
     table holds). On a catalog root too: the probe reads the log files where
     the catalog says the tables are."""
-    import sparkqueue
-
     root = f"spark_catalog.sq_{uuid.uuid4().hex[:12]}" if catalog else root
-    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    sq = portable_queue(spark, root, clock)
     t = sq.create_tube("probed", "fifottl")
     t.put([{"n": i} for i in range(30)])
     t.take(1)  # ingests
@@ -147,9 +151,7 @@ def test_a_take_and_its_ack_read_each_commit_file_once(
     """A commit file never changes: the one a verb committed is read to find its
     commit, then to read what it removed, then by the next verb's file
     statistics; each read of it past the first would be a Spark job."""
-    import sparkqueue
-
-    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    sq = portable_queue(spark, root, clock)
     t = sq.create_tube("read_once", "fifottl")
     t.put([{"n": i} for i in range(30)])
     t.ack(t.take(1))  # ingests
@@ -167,10 +169,8 @@ def test_a_tube_made_here_is_put_to_without_asking_delta_for_its_versions(
     """The tables ``create_tube`` made are at version 0, written down: the first
     put looks for their newest versions from there, in the commit files, not
     with Delta's history command (a command for each table)."""
-    import sparkqueue
-
     root = f"spark_catalog.sq_{uuid.uuid4().hex[:12]}" if catalog else root
-    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    sq = portable_queue(spark, root, clock)
     t = sq.create_tube("made", "fifottl")
     layout = t.context.layout
     assert isinstance(layout.files, SparkFiles)
@@ -187,9 +187,7 @@ def test_a_new_tubes_first_put_reads_no_commit_of_its_tasks_table(
     """The tasks table ``create_tube`` made holds no ingest at its version 0: the
     first put counts its ids from the first cursor without reading that
     commit (a Spark job); it reads its own commit alone, to find it."""
-    import sparkqueue
-
-    sq = sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
+    sq = portable_queue(spark, root, clock)
     t = sq.create_tube("first_put", "fifottl")
     layout = t.context.layout
     with commit_reads(layout) as read:
