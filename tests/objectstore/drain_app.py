@@ -15,7 +15,8 @@ put, which is never repeated (a put that raised may have landed: its rows must
 then show once, whole, or not at all). A take that raised may have leased tasks
 to this owner unseen: they come back by ``release_all`` when no task is left to
 take. Then the first application calls each other verb once on a tube of its own
-(``every_verb``): the second runs an engine another test's first runs too.
+(``every_verb``); the second does not: the first application of another test
+calls them on its engine.
 It prints ``batch N`` as it goes, and writes what it saw to OUT as JSON.
 """
 
