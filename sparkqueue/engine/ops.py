@@ -175,12 +175,15 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
                     acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
             if counts:
                 sess.conf.set(st.USER_METADATA, tag.adding(**counts).json())
-            version = merge_source(ctx, sess, op, base, extra, (lo, hi), tag, acks, who, now,
-                                   before, chosen=chooser is not None)
+            version, updated = merge_source(ctx, sess, op, base, extra, (lo, hi), tag, acks,
+                                            who, now, before, chosen=chooser is not None)
         changes = layout.changed_at(
             ctx.key, version, tag.token, lo, hi, updates=op.action is not None,
             removable=chosen if op.action is None or op.delete_when else None,
         ).select(*st.PUBLIC_COLUMNS)
+        if chooser is not None and picked is not None and not acking and picked.ids \
+                and updated == len(picked.ids):  # each chosen row changed, and no other
+            ctx.memory.note_taken_ids(changes, picked.ids)  # its ack need not read them
         if acks is not None and acking:
             if ctx.listening():
                 ctx.emit(acked_rows(ctx, version, tag.token, acking), "ack")
@@ -197,10 +200,11 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
 def merge_source(ctx: TubeContext, sess: SparkSession, op: Op, base: DataFrame,
                  extra: dict[str, Column] | None, bounds: tuple[int, int], tag: CommitTag,
                  acks: DataFrame | None, who: str, now: float, before: int,
-                 chosen: bool) -> int:
+                 chosen: bool) -> tuple[int, int]:
     """MERGE ``base`` (ids and ``arg_`` columns), with ``extra`` columns, the owner
     ``who`` and a lease token, into the tasks table for ``op``, ids within
-    ``bounds``; the version committed. A failed guard becomes the typed error
+    ``bounds``; the version committed and how many rows it updated (Delta's
+    ``numTargetRowsUpdated``). A failed guard becomes the typed error
     naming every offending id; ``chosen``: the ids were a choice, which a
     commit that changed nothing shows gone (choose again)."""
     source = base.select(
@@ -229,7 +233,7 @@ def merge_source(ctx: TubeContext, sess: SparkSession, op: Op, base: DataFrame,
         raise st.StaleChoice(f"{op.name} on {ctx.name!r}: its choice is gone")
     if found is None:
         raise QueueError(f"commit tagged {tag.token} not found in the log of {path}")
-    return found[0]
+    return found[0], int(found[1].get("numTargetRowsUpdated", 0))
 
 
 def merge_clauses(op: Op, tag: CommitTag, now: float, acking: bool) -> list[st.When]:
@@ -414,7 +418,7 @@ def kick(ctx: TubeContext, count: int) -> int:
     """Up to ``count`` buried tasks back to ``ready``, lowest ``(pri, order_key, id)``
     first, in one commit; how many."""
     result = mutate(ctx, KICK, None, collect_upto=count if count <= COLLECT_UPTO else 0,
-                    chooser=lambda now: records.live_tasks(ctx, now, pending=False)
+                    chooser=lambda now: known_tasks(ctx, now)
                     .where("eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
     return 0 if result is None else result.count()
 
@@ -422,10 +426,18 @@ def kick(ctx: TubeContext, count: int) -> int:
 def release_all(ctx: TubeContext) -> int:
     """Every taken task, whoever holds it, back to ``ready`` in one commit; how many."""
     result = mutate(ctx, RELEASE_ALL, None, event="release",
-                    chooser=lambda now: records.live_tasks(ctx, now, pending=False)
+                    chooser=lambda now: known_tasks(ctx, now)
                     .where("status = 'taken'")  # prunes files by their statistics
                     .where("eff = 'taken'"))
     return 0 if result is None else result.count()
+
+
+def known_tasks(ctx: TubeContext, now: float) -> DataFrame:
+    """The ingested tasks (:func:`records.live_tasks`) at the tasks table's version
+    the statement's attempt has just read: what a choice by state chooses
+    from, checked again by the statement on its own snapshot."""
+    return records.live_tasks(ctx, now, pending=False,
+                              version=ctx.layout.known_version(ctx.layout.tasks(ctx.key)))
 
 
 def queue_end(ctx: TubeContext) -> int:

@@ -228,17 +228,20 @@ def _read_records(ctx: TubeContext, path: str, version: int | None,
     return found
 
 
-def live_tasks(ctx: TubeContext, now: float, pending: bool = True) -> DataFrame:
+def live_tasks(ctx: TubeContext, now: float, pending: bool = True,
+               version: int | None = None) -> DataFrame:
     """Every task (tasks table, lease records and puts not yet ingested); its state
     at ``now`` in ``eff``.
 
     The tasks table is read at the version its records and cursor are read
     at: a Delta DataFrame reads the newest version when it runs, and an
-    ingest or settle committed after those were read would show tasks twice."""
+    ingest or settle committed after those were read would show tasks twice.
+    ``version``: that version where the caller has just read it (a take's
+    choice, which its statement checks again); None: the newest, read now."""
     layout = ctx.layout
     path = layout.tasks(ctx.key)
     upto = layout.latest_version(layout.inbox(ctx.key)) if pending else -1
-    version = layout.latest_version(path)
+    version = layout.latest_version(path) if version is None else version
     records = records_at(ctx, version) if version >= 0 else {}
     if upto <= ctx.ingested_upto and not records:
         tasks = layout.read(path)

@@ -435,6 +435,6 @@ def candidates(ctx: TubeContext, now: float, n: int, acking: list[int] | None = 
         rows = layout.read_pruned(path, version, lambda f: near(f) or st.may_hold(f, "taken"))
         rows = near_head(rows.where("task_id >= 0"), now, bound)
     else:
-        rows = live_tasks(ctx, now, pending=False)
+        rows = live_tasks(ctx, now, pending=False, version=version)
     rows = st.without_ids(rows, acking, ctx.spark, ctx.shards) if acking else rows
     return rows, bound is not None and not ctx.driver.head_only

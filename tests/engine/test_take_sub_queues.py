@@ -19,7 +19,7 @@ from sparkqueue.engine import ops
 from sparkqueue.engine import take as taking
 from sparkqueue.engine.ingest import ingest
 
-from ..conftest import commit_infos, ids, operations, spark_jobs
+from ..conftest import commit_infos, ids, known_ids, operations, spark_jobs
 from .test_take_files import before_its_commit, files_of
 
 
@@ -311,3 +311,26 @@ def test_a_take_of_sub_queue_heads_runs_two_spark_jobs_the_choice_and_the_write(
     jobs = spark_jobs(spark) - before
     assert ids(batch) == [q[f"q{i}"][0] for i in range(2, 8)], "the free sub-queues' heads"
     assert jobs == 2
+
+
+def test_the_merges_take_writes_down_its_ids_so_its_ack_reads_none(
+        sq: Queue, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The portable engine's take of ingested sub-queue heads is a MERGE of the ids it
+    chose. Where the MERGE changed each of them (Delta's count of rows updated),
+    they are its result's ids, a run or not: its ack does not read them again."""
+    portable = sparkqueue.connect(sq.spark, sq.root, owner=sq.owner, clock=sq.clock,
+                                  engine="portable")
+    t, q = ingested(portable, "merged", {"a": 2, "b": 1, "c": 2})
+    path = t.context.layout.tasks("merged")
+    before = t.context.layout.latest_version(path)
+    batch = t.take(5)
+    assert operations(t, before) == [("MERGE", "take")]
+    heads = sorted([q["a"][0], q["b"][0], q["c"][0]])
+    assert known_ids(t, batch) == ids(batch) == heads
+
+    def unread(frame: DataFrame) -> Any:
+        raise AssertionError(f"the ack read the ids of {frame}")
+
+    monkeypatch.setattr(store, "column_values", unread)
+    assert ids(t.ack(batch)) == heads
+    assert known_ids(t, t.take(5, owner="other").where("task_id > 0")) is None, "another frame"
