@@ -45,6 +45,32 @@ def commit_reads(layout: Any) -> Iterator[list[str]]:
         layout.files.read_many = read_many
 
 
+@contextmanager
+def log_probes(layout: Any) -> Iterator[list[list[str]]]:
+    """The tables whose newest version ``layout``'s log reader looks for in the
+    block, one list per look (tables looked for together in one)."""
+    probes: list[list[str]] = []
+    latest_version, latest_versions = layout.files.latest_version, layout.files.latest_versions
+
+    def one(table: str, known: int, texts: dict[int, str] | None = None) -> int | None:
+        probes.append([table])
+        found: int | None = latest_version(table, known, texts)
+        return found
+
+    def many(tables: dict[str, int], texts: dict[str, dict[int, str]]) -> dict[str, int | None]:
+        probes.append(sorted(tables))
+        found: dict[str, int | None] = latest_versions(tables, texts)
+        return found
+
+    layout.files.latest_version = one
+    layout.files.latest_versions = many
+    try:
+        yield probes
+    finally:
+        layout.files.latest_version = latest_version
+        layout.files.latest_versions = latest_versions
+
+
 def portable_queue(spark: SparkSession, root: str, clock: Any) -> sparkqueue.Queue:
     """A Queue on ``root`` whose engine is the portable one, owner ``a``."""
     return sparkqueue.connect(spark, root, owner="a", clock=clock, engine="portable")
@@ -121,29 +147,40 @@ def test_a_take_or_a_put_probes_its_tables_newest_versions_once_together(
     layout = t.context.layout
     tasks, inbox = (layout.table_path(layout.tasks("probed")),
                     layout.table_path(layout.inbox("probed")))
-    probes: list[list[str]] = []
-    latest_version, latest_versions = layout.files.latest_version, layout.files.latest_versions
-
-    def one(table: str, known: int, texts: dict[int, str] | None = None) -> int | None:
-        probes.append([table])
-        return latest_version(table, known, texts)
-
-    def many(tables: dict[str, int], texts: dict[str, dict[int, str]]) -> dict[str, int | None]:
-        probes.append(sorted(tables))
-        return latest_versions(tables, texts)
-
-    layout.files.latest_version = one  # type: ignore[method-assign]
-    layout.files.latest_versions = many  # type: ignore[method-assign]
-    for n in (1, 5):
+    with log_probes(layout) as probes:
+        for n in (1, 5):
+            probes.clear()
+            assert len(t.take(n).collect()) == n
+            assert probes == [sorted([inbox, tasks])], (n, probes)
         probes.clear()
-        assert len(t.take(n).collect()) == n
-        assert probes == [sorted([inbox, tasks])], (n, probes)
-    probes.clear()
-    t.put([{"n": 30}])  # a put since: the take ingests it, and probes no more
-    assert probes == [sorted([inbox, tasks])], probes
-    probes.clear()
-    assert t.take(30).count() == 24
-    assert [p for p in probes if tasks in p] == [sorted([inbox, tasks])], probes
+        t.put([{"n": 30}])  # a put since: the take ingests it, and probes no more
+        assert probes == [sorted([inbox, tasks])], probes
+        probes.clear()
+        assert t.take(30).count() == 24
+        assert [p for p in probes if tasks in p] == [sorted([inbox, tasks])], probes
+
+
+def test_a_choice_by_state_reads_the_version_its_statement_looked_for(
+        spark: SparkSession, root: str, clock: Any) -> None:
+    """A take of sub-queue heads chosen from every task, and a kick, choose from the
+    tasks table at the version their statement has just looked for: the log is
+    looked at once, not again for the choice (each look a Spark job here)."""
+    sq = portable_queue(spark, root, clock)
+    t = sq.create_tube("by_state", "utubettl")
+    t.put([{"n": i} for i in range(6)], utube="a")
+    t.put([{"n": i} for i in range(6)], utube="b")
+    t.ack(t.take(1))  # ingests
+    layout = t.context.layout
+    tasks, inbox = (layout.table_path(layout.tasks("by_state")),
+                    layout.table_path(layout.inbox("by_state")))
+    with log_probes(layout) as probes:
+        heads = t.take(2)
+        assert [r["utube"] for r in heads.collect()] == ["a", "b"]
+        assert probes == [sorted([inbox, tasks])], probes
+        t.bury(heads)
+        probes.clear()
+        assert t.kick(1) == 1
+        assert probes == [[tasks]], probes
 
 
 def test_a_take_and_its_ack_read_each_commit_file_once(
