@@ -142,7 +142,7 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
              event: str, txn: tuple[str, int] | None) -> DataFrame | Task | None:
     """:func:`write_put`, with the tube's payload schema as read now."""
     layout = ctx.layout
-    inbox, tasks = layout.inbox(ctx.key), layout.tasks(ctx.key)
+    inbox = layout.inbox(ctx.key)
     tube_schema = payload_schema(ctx)
     frame, payload = payload_of(ctx, data, tube_schema)
     rows, put = put_rows(ctx, frame, payload, opts, urgent)
@@ -162,10 +162,7 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
             return empty(ctx)
         if time.monotonic() > deadline:
             raise Timeout(f"put to {ctx.name!r} kept losing its turn to other puts")
-        # ids count from the cursor, read before the append; both tables' newest
-        # versions in one look (one Spark job on the portable engine, not one each)
-        newest = layout.latest_versions([inbox, tasks])
-        anchor, before = layout.cursor(ctx.key, at=newest[tasks]), newest[inbox]
+        anchor, before = layout.put_start(ctx.key)  # ids count from a cursor known before
         # Puts of a capacity tube commit in turn: each records the capacity
         # transaction id at one past the last one's, read before it counts the
         # live tasks. A put that committed after that count took the version,
@@ -293,9 +290,11 @@ def append(ctx: TubeContext, rows: DataFrame, tag: CommitTag, txn: tuple[str, in
     (the tag's token), and the put is then done, not an error a caller would
     answer with the same put again."""
     try:
-        st.append(rows, ctx.layout.inbox(ctx.key), tag=tag,
-                  file_rows=st.schema.INBOX_FILE_ROWS, txn=txn, new_columns=first)
+        st.append(rows, ctx.layout.inbox(ctx.key), tag=tag, file_rows=st.schema.INBOX_FILE_ROWS,
+                  txn=txn, new_columns=first, existing=True)
     except Exception as e:
+        if st.is_missing_table(e):  # the StorageError a look at its log gives
+            ctx.layout.latest_version(ctx.layout.inbox(ctx.key))
         bad = BAD_ROW.search(str(e))
         if bad is not None:
             raise InvalidOption(f"put to {ctx.name!r}: a row's {bad.group(1)}") from e

@@ -46,10 +46,15 @@ def is_conflict(e: BaseException) -> bool:
     return any(m in text for m in CONFLICT_MARKERS)
 
 
+#: What a catalog says of a table that is not there.
+NO_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND", "NoSuchTableException")
+
+
 def is_missing_table(e: BaseException) -> bool:
+    """Whether ``e`` says a table is not there: at its path, or in its catalog."""
     text = str(e)
     return any(m in text for m in ("DELTA_MISSING_DELTA_TABLE", "DELTA_TABLE_NOT_FOUND",
-                                   "is not a Delta table", "PATH_NOT_FOUND"))
+                                   "is not a Delta table", "PATH_NOT_FOUND", *NO_TABLE))
 
 
 def guard_failure(e: BaseException) -> tuple[str, int] | None:

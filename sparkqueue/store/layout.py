@@ -47,13 +47,13 @@ from pyspark.sql import types as T
 
 from ..errors import NotSupported, StorageError
 from . import schema
-from .failures import NOT_WRITABLE, first_line
+from .failures import NO_TABLE, NOT_WRITABLE, first_line
 from .files import SparkFiles
 from .filestats import STATS_COLUMNS, live_files
 from .frames import is_dataframe
 from .jvm import HadoopFiles, delta_classes, jvm_of
 from .log import LogReader, commit_info
-from .paths import NO_TABLE, append, shard_key, tagging
+from .paths import append, shard_key, tagging
 from .portable import PortableStore
 from .protocol import Store
 from .schema import (

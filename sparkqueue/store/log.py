@@ -109,6 +109,38 @@ class LogReader(Paths):
             out[path] = self._newest_is(path, found[where])
         return out
 
+    def put_start(self, tube: str) -> tuple[Cursor, int]:
+        """Where a put's task ids count from (a cursor), and the inbox version its
+        commit comes after.
+
+        Any cursor an ingest left counts a put's ids right (:meth:`put_files`
+        reads the put commits after it), and any inbox version this process
+        knows is behind the put's commit. So where this process knows both,
+        the cursor at most :data:`schema.PUT_CURSOR_LAG` inbox commits behind,
+        the put reads neither log first (a Spark job on the portable engine):
+        it only makes sure the tasks table is there (:meth:`require`), as a put
+        must not write into a tube whose tasks are gone; the inbox's append
+        refuses a missing inbox itself. Otherwise it looks at both logs.
+        """
+        inbox, tasks = self.inbox(tube), self.tasks(tube)
+        before, seen = self._versions.get(inbox), self._cursors.get(tasks)
+        if (before is not None and seen is not None
+                and before - seen[1].version <= schema.PUT_CURSOR_LAG):
+            self.require(tasks)
+            return seen[1], before
+        newest = self.latest_versions([inbox, tasks])
+        return self.cursor(tube, at=newest[tasks]), newest[inbox]
+
+    def require(self, path: str) -> None:
+        """Make sure the table ``path`` is there: Delta reads its schema, which is
+        no Spark job. Where that fails, the table's log is read
+        (:meth:`latest_version`: a missing table's :class:`StorageError`)."""
+        try:
+            self.read(path).schema  # noqa: B018 (the read is the check)
+        except Exception:
+            self.latest_version(path)
+            raise
+
     def _newest_is(self, path: str, found: int | None) -> int:
         """Write down ``found`` as the newest version of ``path``; a table that is
         not there is an error (:meth:`latest_version`)."""

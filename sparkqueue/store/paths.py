@@ -12,13 +12,12 @@ from typing import Any
 from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 
 from ..errors import InvalidOption, StorageError
+from .failures import NO_TABLE
 from .schema import USER_METADATA, CommitTag
 from .tables import is_path, sql_table
 
 #: A catalog root: ``schema`` or ``catalog.schema``, plain identifiers.
 CATALOG_ROOT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)?")
-#: What a catalog says of a table that is not there.
-NO_TABLE = ("TABLE_OR_VIEW_NOT_FOUND", "SCHEMA_NOT_FOUND", "NoSuchTableException")
 
 
 def shard_key(tube: str, shard: int) -> str:
@@ -160,24 +159,30 @@ def read_changes(spark: SparkSession, ref: str, starting_version: int | None) ->
 
 def append(frame: DataFrame, ref: str, *, tag: CommitTag | None = None,
            file_rows: int | None = None, txn: tuple[str, int] | None = None,
-           new_columns: bool = False) -> None:
+           new_columns: bool = False, existing: bool = False) -> None:
     """Append ``frame`` to the Delta table ``ref`` (a path or a table name).
 
     ``tag``: the commit's userMetadata; ``file_rows``: the most rows a file
     holds; ``txn``: (application id, version), which makes the append
     idempotent (Delta skips a version at or below one its log records for the
-    application); ``new_columns``: the append may add columns (``mergeSchema``).
+    application); ``new_columns``: the append may add columns (``mergeSchema``);
+    ``existing``: the table must be there, and the append fails where it is
+    not (an append through Spark's table writer), where otherwise it would
+    make a new table.
     """
-    writer = frame.write.format("delta").mode("append")
+    options: dict[str, str] = {}
     if tag is not None:
-        writer = writer.option("userMetadata", tag.json())
+        options["userMetadata"] = tag.json()
     if file_rows is not None:
-        writer = writer.option("maxRecordsPerFile", file_rows)
+        options["maxRecordsPerFile"] = str(file_rows)
     if txn is not None:
-        writer = writer.option("txnAppId", txn[0]).option("txnVersion", txn[1])
+        options.update(txnAppId=txn[0], txnVersion=str(txn[1]))
     if new_columns:
-        writer = writer.option("mergeSchema", "true")
-    save(writer, ref)
+        options["mergeSchema"] = "true"
+    if existing:
+        frame.writeTo(sql_table(ref)).options(**options).append()
+    else:
+        save(frame.write.format("delta").mode("append").options(**options), ref)
 
 
 def save(writer: DataFrameWriter, ref: str) -> None:

@@ -169,6 +169,10 @@ LEASED_KNOWN = 1024
 #: the commits a verb reads again, its own and those since its last look.
 TEXTS_KEPT = 64
 
+#: Inbox commits a put may count its ids over from the cursor this process knows,
+#: without looking at either log first (``LogReader.put_start``).
+PUT_CURSOR_LAG = 64
+
 
 #: Id lists of at most this many runs of consecutive ids are SQL range filters.
 RUNS_INLINE = 64

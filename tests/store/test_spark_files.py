@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 import sparkqueue
+from sparkqueue import store as st
 from sparkqueue.store import files
 from sparkqueue.store.files import SparkFiles
 
@@ -136,9 +137,9 @@ def test_a_take_or_a_put_probes_its_tables_newest_versions_once_together(
     """A take's choice reads the file statistics at the version its commit read
     just before (``Layout.known_version``), and the inbox's newest version and
     the tasks table's are looked for in one probe: on the portable engine each
-    probe is a Spark job. A put's too (its ids count from the cursor the tasks
-    table holds). On a catalog root too: the probe reads the log files where
-    the catalog says the tables are."""
+    probe is a Spark job. A put looks for neither: its ids count from the
+    cursor the take read. On a catalog root too: the probe reads the log files
+    where the catalog says the tables are."""
     root = f"spark_catalog.sq_{uuid.uuid4().hex[:12]}" if catalog else root
     sq = portable_queue(spark, root, clock)
     t = sq.create_tube("probed", "fifottl")
@@ -154,10 +155,43 @@ def test_a_take_or_a_put_probes_its_tables_newest_versions_once_together(
             assert probes == [sorted([inbox, tasks])], (n, probes)
         probes.clear()
         t.put([{"n": 30}])  # a put since: the take ingests it, and probes no more
-        assert probes == [sorted([inbox, tasks])], probes
+        assert probes == [], probes
         probes.clear()
         assert t.take(30).count() == 24
         assert [p for p in probes if tasks in p] == [sorted([inbox, tasks])], probes
+
+
+def test_a_put_counts_its_ids_from_a_cursor_it_knows_and_looks_only_where_it_knows_none(
+        spark: SparkSession, root: str, clock: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A put's ids count from any cursor an ingest left, so a put of a process
+    that knows one (and the inbox's version) looks at neither log first: here
+    ``a``'s cursor is behind ``b``'s puts and ingest, and ``a``'s ids still
+    follow them. A process that knows no cursor, or one more inbox commits
+    behind than ``PUT_CURSOR_LAG``, looks at both logs once."""
+    a, b = portable_queue(spark, root, clock), portable_queue(spark, root, clock)
+    ta = a.create_tube("counted", "fifottl")
+    ta.put([{"n": i} for i in range(3)])
+    ta.take(1)  # ingests: ``a`` knows the cursor
+    tb = b.tube("counted")
+    layout = tb.context.layout
+    inbox = layout.table_path(layout.inbox("counted"))
+    both = sorted([layout.table_path(layout.tasks("counted")), inbox])
+    with log_probes(layout) as probes:
+        assert [r["task_id"] for r in tb.put([{"n": 3}, {"n": 4}]).collect()] == [3, 4]
+        assert probes[:1] == [both], probes  # ``b`` knew nothing (Delta is asked for each)
+    tb.take(4)  # ``b`` ingests past ``a``'s cursor
+    with log_probes(ta.context.layout) as probes:
+        put = ta.put([{"n": 5}, {"n": 6}])
+        assert probes == [[inbox]], probes  # ``b``'s put came first: its commit is looked for
+    assert [(r["task_id"], r["data"]["n"]) for r in put.collect()] == [(5, 5), (6, 6)]
+    assert sorted(r["data"]["n"] for r in ta.peek([5, 6]).collect()) == [5, 6]
+    with log_probes(ta.context.layout) as probes:
+        assert [r["task_id"] for r in ta.put([{"n": 7}]).collect()] == [7]
+        assert probes == [], probes  # its own commit follows the version it knows
+    monkeypatch.setattr(st.schema, "PUT_CURSOR_LAG", 1)  # ``a``'s cursor (the peek's): 2 behind
+    with log_probes(ta.context.layout) as probes:
+        assert [r["task_id"] for r in ta.put([{"n": 8}]).collect()] == [8]
+        assert probes == [both], probes
 
 
 def test_a_choice_by_state_reads_the_version_its_statement_looked_for(
