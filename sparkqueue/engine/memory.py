@@ -29,7 +29,7 @@ class Memory:
 
     - the task ids of a take's result, where its commit showed them, by the
       result's identity (weakly held): its ack, or a Consumer handed it, need
-      not read them;
+      not read them (a kick's too: it counts them);
     - per tasks table, the lease record each data file holds (records never
       change; a file holds one), the newest :data:`RECORDS_KEPT`;
     - the results of the latest :data:`RESULTS_KEPT` takes that made lease

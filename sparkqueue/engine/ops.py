@@ -420,7 +420,10 @@ def kick(ctx: TubeContext, count: int) -> int:
     result = mutate(ctx, KICK, None, collect_upto=count if count <= COLLECT_UPTO else 0,
                     chooser=lambda now: known_tasks(ctx, now)
                     .where("eff = 'buried'").orderBy("pri", "order_key", "task_id").limit(count))
-    return 0 if result is None else result.count()
+    if result is None:
+        return 0
+    ids = ctx.memory.taken_ids(result)  # the MERGE's commit showed them: no Spark job
+    return len(ids) if ids is not None else result.count()
 
 
 def release_all(ctx: TubeContext) -> int:
