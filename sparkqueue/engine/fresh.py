@@ -12,6 +12,7 @@ from pyspark.sql import functions as F
 from .. import store as st
 from ..store import CommitTag, effective_status
 from . import records
+from .clauses import action_set, lease_context
 from .context import TubeContext
 from .ingest import (
     RunRows,
@@ -21,13 +22,7 @@ from .ingest import (
     tag_values,
     within,
 )
-from .ops import (
-    acked_rows,
-    action_set,
-    id_run,
-    lease_context,
-    pick,
-)
+from .ops import acked_rows, id_run, pick
 from .plan import COLLECT_UPTO, Strategy
 from .records import with_action
 from .verbs import Op

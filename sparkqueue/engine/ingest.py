@@ -134,13 +134,15 @@ def task_columns(joined: DataFrame, columns: list[str] | None = None) -> DataFra
     the put's; the tube defaults were resolved into the tag at put time.
     """
     names = columns or list(_TASK_ROW_SQL)
-    return as_stored(joined.selectExpr(*[_TASK_ROW_SQL[n] for n in names]))
+    return as_stored(joined.selectExpr(*[_TASK_ROW_SQL[n] for n in names]), names)
 
 
-def as_stored(rows: DataFrame) -> DataFrame:
+def as_stored(rows: DataFrame, names: list[str] | None = None) -> DataFrame:
     """Task rows with every column nullable, as the same columns read from the
-    tasks table are: results compare equal whichever way they came."""
-    return rows.selectExpr(*[_NULLABLE_SQL[n] for n in rows.columns])
+    tasks table are: results compare equal whichever way they came. ``names``:
+    the rows' columns, where the caller knows them (asking a Spark Connect
+    client's DataFrame for them is a round trip to the server)."""
+    return rows.selectExpr(*[_NULLABLE_SQL[n] for n in names or rows.columns])
 
 
 def empty(ctx: TubeContext) -> DataFrame:

@@ -24,9 +24,9 @@ from pyspark.sql import DataFrame
 from .. import store as st
 from ..errors import Timeout
 from ..store import CommitTag
+from .clauses import action_set, lease_context
 from .context import TubeContext
 from .fresh import acked_result
-from .ops import action_set, lease_context
 from .plan import Settle
 from .records import task_rows, with_action
 from .verbs import Op

@@ -17,12 +17,13 @@ from ..errors import (
     InvalidOption,
     QueueError,
 )
-from ..store import CommitTag, effective_status, sql_num
+from ..store import CommitTag, effective_status
 from . import records, refusals
+from .clauses import action_set, lease_context, merge_clauses
 from .context import TubeContext
 from .ingest import ingest, ingest_for_take
 from .plan import COLLECT_UPTO
-from .verbs import ACK, KICK, OWNED, RELEASE_ALL, Op
+from .verbs import ACK, KICK, RELEASE_ALL, Op
 
 #: A take's choice: the chosen rows, or the id range ``(lo, hi)`` whose every row
 #: is chosen (known from file statistics), or None when nothing can be chosen.
@@ -119,82 +120,137 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
     ids = None if chooser is not None else validate.task_ids(tasks)
     if st.is_dataframe(ids):  # one Spark job, before anything is written
         ids = collected_ids(ctx, ids)
-    layout = ctx.layout
-    path = layout.tasks(ctx.key)
     read = [newest] if newest else []  # the first attempt's
 
     def attempt() -> tuple[DataFrame, dict[str, int]] | None:
-        found: dict[str, int] = {}
-        if op.pending:  # the inbox's newest version and the table's in one look
-            found = read.pop() if read else layout.latest_versions([layout.inbox(ctx.key), path])
-            before = ingest_before_choice(ctx, ahead, found)
-        else:
-            before = layout.latest_version(path)
-        now = ctx.now()
-        if chooser is None or op.chooses_leases:  # the MERGE needs their rows
-            settled = refusals.settle_for(ctx, op, ids, who, now)
-        else:  # a choice by state: ended leases are ready (or expired) rows
-            settled = bool(records.settle_ended(ctx, now))
-        if acking:
-            settled = refusals.settle_for(ctx, ACK, acking, who, now) or settled
-        if settled:
-            before = layout.latest_version(path)
-            if op.pending:  # others' commits read with it may have taken the tasks ahead
-                before = ingest_before_choice(ctx, ahead, {**found, path: before})
-        name = f"{op.name}+ack" if acking else op.name
-        tag = CommitTag.new(name, **(tag_extra or {}))
-        with layout.tagged(tag) as sess:
+        before, now = settled(ctx, op, ids, who, acking, read.pop() if read else None,
+                              ahead, chooser is not None)
+        tag = CommitTag.new(f"{op.name}+ack" if acking else op.name, **(tag_extra or {}))
+        with ctx.layout.tagged(tag) as sess:
             keep = ["utube"] if op.exclusive else []
             picked = pick(sess, now, ids, chooser, collect_upto, keep, ctx.shards)
             if picked is None and not acking:
                 return None
-            if picked is None:
-                assert acking
-                base = sess.createDataFrame([], ", ".join(
-                    ["task_id long"] + [f"{k} string" for k in keep]))
-                lo, hi, counts = acking[0], acking[-1], dict[str, int]()
-            else:
-                base, lo, hi, counts, chosen_count, _ = picked
-                if (op.by_range and not acking and not op.exclusive and not counts
-                    and chosen_count == (hi - lo) // ctx.shards + 1):
-                    version, updated = update_range(ctx, sess, op, lo, hi, who, tag, now,
-                                                    before)
-                    changed = layout.changed_at(ctx.key, version, tag.token, lo, hi).select(
-                        *st.PUBLIC_COLUMNS)
-                    ctx.memory.note_taken_ids(changed, id_run(lo, hi, ctx.shards, updated))
-                    return changed, counts
-            chosen = base  # the op's own ids (without the acks riding along)
-            acks = None
-            if acking:
-                acks = st.id_frame(sess, acking, ctx.shards)
-                lo, hi = min(lo, acking[0]), max(hi, acking[-1])
-            if op.exclusive:
-                base = with_busy(ctx, sess, base, now, acking)
-            if acks is not None:
-                base = base.withColumn("arg_ack", F.lit(False)).unionByName(
-                    acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
-            if counts:
-                sess.conf.set(st.USER_METADATA, tag.adding(**counts).json())
-            version, updated = merge_source(ctx, sess, op, base, extra, (lo, hi), tag, acks,
-                                            who, now, before, chosen=chooser is not None)
-        changes = layout.changed_at(
-            ctx.key, version, tag.token, lo, hi, updates=op.action is not None,
-            removable=chosen if op.action is None or op.delete_when else None,
-        ).select(*st.PUBLIC_COLUMNS)
-        if chooser is not None and picked is not None and not acking and picked.ids \
-                and updated == len(picked.ids):  # each chosen row changed, and no other
-            ctx.memory.note_taken_ids(changes, picked.ids)  # its ack need not read them
-        if acks is not None and acking:
-            if ctx.listening():
-                ctx.emit(acked_rows(ctx, version, tag.token, acking), "ack")
-            if picked is None:
-                return None
-        return changes, counts
+            if picked is not None and not acking and ranged(ctx, op, picked):
+                return update_picked(ctx, sess, op, picked, who, tag, now, before)
+            merged = merge_picked(ctx, sess, op, picked, extra, acking, who, tag, now, before,
+                                  chooser is not None)
+        return merged_changes(ctx, op, merged, tag, picked, acking, chooser is not None)
 
     result = ctx.retrying(attempt, deadline=deadline, what=f"{op.name} on {ctx.name!r}")
     if result is not None:
         ctx.emit(result[0], event or op.name)
     return result
+
+
+def settled(ctx: TubeContext, op: Op, ids: list[int] | DataFrame | None, who: str,
+            acking: list[int] | None, newest: dict[str, int] | None, ahead: int,
+            choosing: bool) -> tuple[int, float]:
+    """Ready the tasks table for a statement of ``op``: the puts it must see ingested
+    (:func:`ingest_before_choice`, from ``newest`` or a look now), the leases
+    it meets whose time ran out settled. The table's version it then reads
+    from, and the statement's now."""
+    layout = ctx.layout
+    path = layout.tasks(ctx.key)
+    found: dict[str, int] = {}
+    if op.pending:  # the inbox's newest version and the table's in one look
+        found = newest or layout.latest_versions([layout.inbox(ctx.key), path])
+        before = ingest_before_choice(ctx, ahead, found)
+    else:
+        before = layout.latest_version(path)
+    now = ctx.now()
+    if not choosing or op.chooses_leases:  # the MERGE needs their rows
+        done = refusals.settle_for(ctx, op, ids, who, now)
+    else:  # a choice by state: ended leases are ready (or expired) rows
+        done = bool(records.settle_ended(ctx, now))
+    if acking:
+        done = refusals.settle_for(ctx, ACK, acking, who, now) or done
+    if done:
+        before = layout.latest_version(path)
+        if op.pending:  # others' commits read with it may have taken the tasks ahead
+            before = ingest_before_choice(ctx, ahead, {**found, path: before})
+    return before, now
+
+
+def ranged(ctx: TubeContext, op: Op, picked: Picked) -> bool:
+    """Whether ``picked`` is a whole run of ids that ``op`` changes by one range
+    UPDATE (:func:`update_range`), not a MERGE."""
+    return (op.by_range and not op.exclusive and not picked.counts
+            and picked.total == (picked.hi - picked.lo) // ctx.shards + 1)
+
+
+def update_picked(ctx: TubeContext, sess: SparkSession, op: Op, picked: Picked, who: str,
+                  tag: CommitTag, now: float, before: int) -> tuple[DataFrame, dict[str, int]]:
+    """:func:`update_range` of ``picked``: the changed rows, their ids written down."""
+    version, updated = update_range(ctx, sess, op, picked.lo, picked.hi, who, tag, now, before)
+    changed = ctx.layout.changed_at(ctx.key, version, tag.token, picked.lo, picked.hi).select(
+        *st.PUBLIC_COLUMNS)
+    ctx.memory.note_taken_ids(changed, id_run(picked.lo, picked.hi, ctx.shards, updated))
+    return changed, picked.counts
+
+
+class Merged(NamedTuple):
+    """:func:`merge_picked`'s commit: its version, the rows it updated, the id
+    bounds of its source, the op's own ids and the expiries it wrote down."""
+
+    version: int
+    updated: int
+    lo: int
+    hi: int
+    chosen: DataFrame
+    counts: dict[str, int]
+
+
+def merge_picked(ctx: TubeContext, sess: SparkSession, op: Op, picked: Picked | None,
+                 extra: dict[str, Column] | None, acking: list[int] | None, who: str,
+                 tag: CommitTag, now: float, before: int, choosing: bool) -> Merged:
+    """MERGE ``picked`` (and the ids ``acking`` acked alongside) for ``op``
+    (:func:`merge_source`), with each chosen sub-queue's lease checked
+    (``op.exclusive``) and the expiries counted in the tag."""
+    keep = ["utube"] if op.exclusive else []
+    if picked is None:
+        assert acking
+        base = sess.createDataFrame([], ", ".join(
+            ["task_id long"] + [f"{k} string" for k in keep]))
+        lo, hi, counts = acking[0], acking[-1], dict[str, int]()
+    else:
+        base, lo, hi, counts = picked.frame, picked.lo, picked.hi, picked.counts
+    chosen = base  # the op's own ids (without the acks riding along)
+    acks = None
+    if acking:
+        acks = st.id_frame(sess, acking, ctx.shards)
+        lo, hi = min(lo, acking[0]), max(hi, acking[-1])
+    if op.exclusive:
+        base = with_busy(ctx, sess, base, now, acking)
+    if acks is not None:
+        base = base.withColumn("arg_ack", F.lit(False)).unionByName(
+            acks.withColumn("arg_ack", F.lit(True)), allowMissingColumns=True)
+    if counts:
+        sess.conf.set(st.USER_METADATA, tag.adding(**counts).json())
+    version, updated = merge_source(ctx, sess, op, base, extra, (lo, hi), tag, acks,
+                                    who, now, before, chosen=choosing)
+    return Merged(version, updated, lo, hi, chosen, counts)
+
+
+def merged_changes(ctx: TubeContext, op: Op, merged: Merged, tag: CommitTag,
+                   picked: Picked | None, acking: list[int] | None, choosing: bool,
+                   ) -> tuple[DataFrame, dict[str, int]] | None:
+    """The rows ``merged``'s commit changed (None where it only acked), and its
+    expiries; the acked rows told to listeners."""
+    changes = ctx.layout.changed_at(
+        ctx.key, merged.version, tag.token, merged.lo, merged.hi,
+        updates=op.action is not None,
+        removable=merged.chosen if op.action is None or op.delete_when else None,
+    ).select(*st.PUBLIC_COLUMNS)
+    if choosing and picked is not None and not acking and picked.ids \
+            and merged.updated == len(picked.ids):  # each chosen row changed, and no other
+        ctx.memory.note_taken_ids(changes, picked.ids)  # its ack need not read them
+    if acking:
+        if ctx.listening():
+            ctx.emit(acked_rows(ctx, merged.version, tag.token, acking), "ack")
+        if picked is None:
+            return None
+    return changes, merged.counts
 
 
 def merge_source(ctx: TubeContext, sess: SparkSession, op: Op, base: DataFrame,
@@ -236,46 +292,6 @@ def merge_source(ctx: TubeContext, sess: SparkSession, op: Op, base: DataFrame,
     return found[0], int(found[1].get("numTargetRowsUpdated", 0))
 
 
-def merge_clauses(op: Op, tag: CommitTag, now: float, acking: bool) -> list[st.When]:
-    """The MERGE clauses of ``op`` (the source carries ``arg_owner``, ``arg_token``
-    and, with ``acking``, ``arg_ack`` for the acks riding along): the guard
-    that fails the commit, the change, and the ids with no row."""
-    sqlctx = sql_context(now, owner="s.arg_owner", token="s.arg_token")
-    clauses: list[st.When] = []
-    if op.guard:
-        guard = op.guard.format(**sqlctx)
-        if acking:
-            guard = f"CASE WHEN s.arg_ack THEN ({OWNED.format(**sqlctx)}) ELSE ({guard}) END"
-        clauses.append(st.When("update", f"({guard}) IS NOT NULL",
-                               {"task_id": st.raise_guard(guard)}))
-    if acking:
-        clauses.append(st.When("delete", "s.arg_ack"))
-    if op.delete_when:
-        clauses.append(st.When("delete", op.delete_when.format(**sqlctx)))
-    cond = f"NOT ({op.skip.format(**sqlctx)})" if op.skip else None
-    clauses.append(st.When("delete", cond) if op.action is None
-                   else st.When("update", cond, action_set(op, tag, sqlctx)))
-    if op.missing:
-        clauses.append(st.When("insert", None, {"task_id": st.raise_missing(op.missing)}))
-    elif acking:
-        clauses.append(st.When("insert", "s.arg_ack", {"task_id": st.raise_missing()}))
-    return clauses
-
-
-def sql_context(now: float, owner: str, token: str) -> dict[str, str]:
-    """What an ``Op``'s SQL templates are formatted with: the effective status
-    of the target row ``t`` at ``now``, ``now``, and the owner and lease token."""
-    return {"eff": effective_status(now, "t."), "now": sql_num(now),
-            "owner": owner, "token": token}
-
-
-def lease_context(now: float, who: str) -> dict[str, str]:
-    """:func:`sql_context` for a statement with no MERGE source: the owner ``who``
-    and a new lease token as literals."""
-    return sql_context(now, owner=st.sql_literal(who, "string"),
-                       token=st.sql_literal(uuid.uuid4().hex, "string"))
-
-
 def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int, who: str,
                  tag: CommitTag, now: float, before: int) -> tuple[int, int]:
     """Apply a ``by_range`` op to the ids ``lo..hi`` (all chosen) as one UPDATE;
@@ -299,18 +315,6 @@ def update_range(ctx: TubeContext, sess: SparkSession, op: Op, lo: int, hi: int,
         # (Delta then commits nothing): choose again, as the MERGE's guard would
         raise st.StaleChoice(f"{op.name} of {lo}..{hi} on {ctx.name!r}")
     return committed[0], int(committed[1]["numUpdatedRows"])
-
-
-def action_set(op: Op, tag: CommitTag, sqlctx: dict[str, str]) -> dict[str, str]:
-    """The SET of an updating ``op``: its action, and who changed the row, in
-    which commit, and when its state next changes by itself."""
-    assert op.action is not None
-    action: dict[str, str] = {k: v.format(**sqlctx) for k, v in op.action.items()}
-    action["changed_by"] = f"'{op.name}'"
-    action["change_token"] = f"'{tag.token}'"
-    action["next_event"] = st.next_event(*(
-        str(action.get(k, f"t.{k}")) for k in ("status", "delay_end", "lease_end", "ttl_end")))
-    return action
 
 
 def with_busy(ctx: TubeContext, sess: SparkSession, base: DataFrame, now: float,

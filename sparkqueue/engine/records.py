@@ -105,7 +105,7 @@ class Record:
 def with_action(rows: DataFrame, action: dict[str, str], where: str | None = None,
                 columns: list[str] | None = None, *extra: str) -> DataFrame:
     """The task ``columns`` of ``rows`` (aliased ``t`` for the SET; default every
-    column of the tasks table) with an updating op's SET (``ops.action_set``):
+    column of the tasks table) with an updating op's SET (``clauses.action_set``):
     on every row, or on those where the SQL ``where`` holds; then ``extra``."""
     def value(c: str) -> str:
         if c not in action:
@@ -298,7 +298,7 @@ def write_out(ctx: TubeContext, sess: SparkSession, picked: list[Record],
               action: dict[str, str] | None = None,
               holds_row: Callable[[str], str] | None = None) -> None:
     """One MERGE that deletes the rows of the records ``picked`` and inserts their
-    tasks (with ``action``'s SET, ``ops.action_set``, applied); given
+    tasks (with ``action``'s SET, ``clauses.action_set``, applied); given
     ``holds_row`` (SQL on a record's row, its columns named with the prefix it
     is called with), only for the records whose row it holds for.
 

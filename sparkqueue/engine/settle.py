@@ -13,10 +13,11 @@ from .. import store as st
 from .. import validate
 from ..errors import Timeout
 from . import plan, records
+from .clauses import action_set, lease_context
 from .context import TubeContext
 from .ingest import empty
 from .leased import on_whole_files, settled_result
-from .ops import acked_rows, action_set, collected_ids, lease_context, mutate
+from .ops import acked_rows, collected_ids, mutate
 from .records import Record
 from .verbs import ACK, Op
 

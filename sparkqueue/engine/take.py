@@ -18,16 +18,11 @@ from ..drivers.base import ORDER
 from ..drivers.utube import UtubeDriver
 from ..store import CommitTag, effective_status
 from . import plan, verbs
+from .clauses import action_set, lease_context
 from .context import TubeContext
 from .fresh import leased_result, noting_leased, take_fresh
 from .ingest import empty, ingest_for_take
-from .ops import (
-    Chosen,
-    action_set,
-    apply,
-    expiry_counts,
-    lease_context,
-)
+from .ops import Chosen, apply, expiry_counts
 from .plan import COLLECT_UPTO
 from .records import live_tasks, settle_ended, with_action
 from .settle import acks_apart

@@ -48,11 +48,11 @@ from pyspark.sql import types as T
 from ..errors import NotSupported, StorageError
 from . import schema
 from .failures import NO_TABLE, NOT_WRITABLE, first_line
+from .filelog import FileLog
 from .files import SparkFiles
 from .filestats import STATS_COLUMNS, live_files
 from .frames import is_dataframe
 from .jvm import HadoopFiles, delta_classes, jvm_of
-from .log import LogReader, commit_info
 from .paths import append, shard_key, tagging
 from .portable import PortableStore
 from .protocol import Store
@@ -67,7 +67,6 @@ from .schema import (
     CommitTag,
     Cursor,
     PutFile,
-    parse_tag,
 )
 from .sql import with_ids
 from .tables import (
@@ -86,9 +85,10 @@ from .txn import AcceleratedStore
 ENGINES = ("portable", "accelerated")
 
 
-class Layout(LogReader):
+class Layout(FileLog):
     """Paths, tables and reads of one queue root (its log part is
-    :class:`~sparkqueue.store.log.LogReader`), with its
+    :class:`~sparkqueue.store.log.LogReader` and
+    :class:`~sparkqueue.store.filelog.FileLog`), with its
     :class:`~sparkqueue.store.protocol.Store`: the accelerated store where there
     is a JVM with Delta's classes, the portable store otherwise.
 
@@ -171,7 +171,7 @@ class Layout(LogReader):
             f"SELECT * FROM {sql_table(self.registry)} VERSION AS OF {at}")
 
     def create_stats_table(self, schema: T.StructType) -> None:
-        if self._versions.get(self.stats, -1) < 0:
+        if self.noted_version(self.stats) is None:
             self._create(self.stats, schema, {CHECKPOINT_INTERVAL: str(COMMITS_PER_CHECKPOINT)})
             self.latest_version(self.stats)
 
@@ -366,7 +366,7 @@ class Layout(LogReader):
                 return []
             loaded = self.store.load_file_stats(path, latest)
             if loaded is not None:
-                self._stats_by_file[path] = loaded
+                self.note_files(path, *loaded)
             files = None if loaded is None else live_files(loaded[1])
         return [] if files is None or len(files) <= schema.FEW_FILES else list(files.values())
 
@@ -375,42 +375,6 @@ class Layout(LogReader):
         the put files ``held`` (lease records read them, ``engine.records``);
         rows removed (:meth:`Store.purge_inbox`)."""
         return self.store.purge_inbox(tube, cursor, held)
-
-    def last_tag_value(self, path: str, key: str) -> int:
-        """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when
-        none does.
-
-        Read back from the newest commit in a new process, then on from where
-        this one last looked. Where log retention removed the commits before
-        any that holds it, the latest version: a value counts commits that
-        carry it, one each, so none recorded is above it (what it is for, a
-        transaction id's version, needs only to grow).
-        """
-        latest = self.latest_version(path)
-        seen, value = self._tag_values.get((path, key), (-1, None))
-        if seen >= 0:
-            found = [h["tag"][key] for h in self.history(path, seen) if key in h["tag"]]
-            value = int(found[-1]) if found else value
-        else:
-            value = self._newest_tag_value(path, key, latest)
-        self._tag_values[(path, key)] = (latest, value)
-        return int(value or 0)
-
-    def _newest_tag_value(self, path: str, key: str, latest: int) -> int | None:
-        """:meth:`last_tag_value` read back from ``latest``, a few commits a read."""
-        top = latest
-        while top >= 0:
-            versions = range(max(-1, top - 20) + 1, top + 1)
-            texts = self.commit_texts(path, versions)
-            for version in reversed(versions):
-                text = texts.get(version)
-                if text is None:
-                    return latest
-                tag = parse_tag((commit_info(text) or {}).get("userMetadata"))
-                if tag is not None and key in tag:
-                    return int(tag[key])
-            top = versions.start - 1
-        return None
 
     def changed_at(self, tube: str, version: int, token: str, lo: int, hi: int, *,
                    updates: bool = True, removable: DataFrame | list[int] | None = None,
@@ -480,19 +444,6 @@ class Layout(LogReader):
         return (self.read_files(path, names, self.task_file_schema(path, spark), spark)
                 .select(*TASK_TABLE_COLUMNS))
 
-    def task_file_schema(self, path: str, spark: SparkSession) -> T.StructType | None:
-        """The columns of the tasks table at ``path``, for reading its data files
-        without a Spark job to infer them from a file; None until the table
-        has its payload column (the first put gives it, and no later one
-        changes it). Read from the Delta table's schema, once."""
-        found = self._file_schemas.get(path)
-        if found is None:
-            fields = self.read(path, spark).schema.fields
-            if "data" not in [f.name for f in fields]:
-                return None
-            found = T.StructType([f for f in fields if f.name in TASK_TABLE_COLUMNS])
-            self._file_schemas[path] = found
-        return found
 
 
 #: The registry's columns: a tube's name, type, options (JSON) and creation time.

@@ -1,5 +1,6 @@
-"""The Delta log, read directly: versions, commit infos and tags, the inbox cursor,
-put files and file statistics (the commit files are Delta's public protocol).
+"""The Delta log, read directly: versions, commit infos and tags, the inbox cursor
+and put files (the commit files are Delta's public protocol; the data files'
+statistics are :mod:`.filelog`'s).
 
 Asking Delta (DESCRIBE HISTORY, a snapshot) costs one or more Spark jobs per
 call; an operation needs the latest version and the version it committed, so
@@ -12,15 +13,13 @@ import json
 import re
 from typing import Any
 
-from pyspark.errors import AnalysisException
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from ..errors import QueueError, StorageError
 from . import schema
 from .files import LogFiles, delta_log
-from .filestats import FileGroup, file_entry, live_files, stats_of, whole_files
+from .filestats import stats_of
 from .paths import Paths
 from .schema import INGESTS, Cursor, PutFile, parse_tag
 
@@ -37,6 +36,11 @@ def commit_info(text: str) -> dict[str, Any] | None:
 #: A data file's name as Spark and Delta write it: ``part-<task's partition>-<a UUID
 #: of its own>-c<the task's file counter>`` then the extension.
 _PART_NAME = re.compile(r"^part-(\d+)-.*-c(\d+)\.[^/]*$")
+
+
+def is_of(key: str, ref: str) -> bool:
+    """Whether the table path ``key`` is the table ``ref`` or in its folder ``ref``."""
+    return key == ref or key.startswith(f"{ref}/")
 
 
 def write_order(path: str) -> tuple[int, int, str]:
@@ -65,16 +69,10 @@ class LogReader(Paths):
         self._cursors: dict[str, tuple[int, Cursor]] = {}  # tasks path: (version seen, cursor)
         # inbox path: (anchor, version read up to, its put files, next id), see put_files
         self._put_files: dict[str, tuple[Cursor, int, list[PutFile], int]] = {}
-        # tasks path: (version, {data file: its statistics}), see files_at
-        self._stats_by_file: dict[str, tuple[int, dict[str, dict[str, Any]]]] = {}
-        # tasks path: its columns as its data files hold them, see Layout.task_file_schema
-        self._file_schemas: dict[str, T.StructType] = {}
         # inbox path: whether its rows carry their put's token, see inbox_has_tokens
         self._put_tokens: dict[str, bool] = {}
         # (table path, tag key): (version read up to, value), see last_tag_value
         self._tag_values: dict[tuple[str, str], tuple[int, int | None]] = {}
-        # tasks path: {data file: (its group of files, their task ids)}, see note_leased
-        self._leased: dict[str, dict[str, FileGroup]] = {}
         # table path: {version: its commit file's text}, see commit_texts
         self._texts: dict[str, dict[int, str]] = {}
 
@@ -169,6 +167,11 @@ class LogReader(Paths):
         known = self._versions.get(path)
         return self.latest_version(path) if known is None else known
 
+    def noted_version(self, path: str) -> int | None:
+        """The version of the table at ``path`` this process knows (:meth:`known_version`),
+        or None where it knows none: nothing is read."""
+        return self._versions.get(path)
+
     def note_version(self, path: str, version: int) -> None:
         """Write down that the table at ``path`` has reached ``version`` (a commit
         this process made or found): :meth:`known_version` answers no older."""
@@ -199,13 +202,11 @@ class LogReader(Paths):
     def forget(self, ref: str) -> None:
         """Drop what is cached of table ``ref``, or of the tables in folder ``ref``
         (a dropped tube)."""
-        def of(key: str) -> bool:
-            return key == ref or key.startswith(f"{ref}/")
-        for cache in (self._versions, self._cursors, self._stats_by_file, self._put_files,
-                      self._file_schemas, self._put_tokens, self._texts):
-            for key in [k for k in cache if of(k)]:
+        for cache in (self._versions, self._cursors, self._put_files, self._put_tokens,
+                      self._texts):
+            for key in [k for k in cache if is_of(k, ref)]:
                 del cache[key]
-        for tagged in [k for k in self._tag_values if of(k[0])]:
+        for tagged in [k for k in self._tag_values if is_of(k[0], ref)]:
             del self._tag_values[tagged]
         self.forget_location(ref)
 
@@ -419,47 +420,41 @@ class LogReader(Paths):
         return found
 
 
-    def files_at(self, path: str, version: int, live: bool = True,
-                 ) -> dict[str, dict[str, Any]] | None:
-        """Per data file of ``path`` at ``version``: its statistics (``rows`` and
-        :data:`FILE_STATS`) and ``size``; None when they are not known without
-        a Spark job. ``live``: without the files of settle rows and of the
-        lease records they close (:func:`filestats.live_files`), which hold
-        no task and no lease: every choice reads these.
+    def last_tag_value(self, path: str, key: str) -> int:
+        """``key`` of the newest commit tag of the table at ``path`` that holds it; 0 when
+        none does.
 
-        Known from this process's last look, moved on through the commit
-        files since (each ``add`` carries its file's statistics, each
-        ``remove`` names a file gone), or from the checksum file Delta writes
-        beside the commit (it lists every file of a table of few enough
-        files): no Spark job, so a consumer does not pay the state job once
-        per batch.
+        Read back from the newest commit in a new process, then on from where
+        this one last looked. Where log retention removed the commits before
+        any that holds it, the latest version: a value counts commits that
+        carry it, one each, so none recorded is above it (what it is for, a
+        transaction id's version, needs only to grow).
         """
-        cached = self._stats_by_file.get(path)
-        files = self._replay(path, *cached, version) if cached is not None else None
-        if files is None:
-            files = self._checksum_files(path, version)
-        if files is not None and (cached is None or version >= cached[0]):
-            self._stats_by_file[path] = (version, files)
-        return live_files(files) if files is not None and live else files
+        latest = self.latest_version(path)
+        seen, value = self._tag_values.get((path, key), (-1, None))
+        if seen >= 0:
+            found = [h["tag"][key] for h in self.history(path, seen) if key in h["tag"]]
+            value = int(found[-1]) if found else value
+        else:
+            value = self._newest_tag_value(path, key, latest)
+        self._tag_values[(path, key)] = (latest, value)
+        return int(value or 0)
 
-    def note_leased(self, path: str, names: list[str], ids: list[int]) -> None:
-        """Write down that the data files ``names`` of the tasks table at ``path``,
-        which this process wrote, hold the tasks ``ids`` together and no others
-        (a take's leased tasks, whose ids need not be a run): their ack may
-        then remove them whole (:meth:`whole_leased_files`). The newest
-        ``schema.LEASED_KNOWN`` files are kept."""
-        known = self._leased.setdefault(path, {})
-        group = (tuple(names), tuple(ids))
-        for name in names:
-            known[name] = group
-        while len(known) > schema.LEASED_KNOWN:
-            known.pop(next(iter(known)))
-
-    def whole_leased_files(self, path: str, files: dict[str, dict[str, Any]], ids: list[int],
-                           owner: str, now: float, step: int = 1) -> list[str] | None:
-        """:func:`filestats.whole_files` of the tasks table at ``path``, with the
-        groups of files this process knows the rows of (:meth:`note_leased`)."""
-        return whole_files(files, ids, owner, now, step, self._leased.get(path))
+    def _newest_tag_value(self, path: str, key: str, latest: int) -> int | None:
+        """:meth:`last_tag_value` read back from ``latest``, a few commits a read."""
+        top = latest
+        while top >= 0:
+            versions = range(max(-1, top - 20) + 1, top + 1)
+            texts = self.commit_texts(path, versions)
+            for version in reversed(versions):
+                text = texts.get(version)
+                if text is None:
+                    return latest
+                tag = parse_tag((commit_info(text) or {}).get("userMetadata"))
+                if tag is not None and key in tag:
+                    return int(tag[key])
+            top = versions.start - 1
+        return None
 
     def inbox_has_tokens(self, tube: str) -> bool:
         """Whether the inbox rows of ``tube`` carry their put's token (``put_token``):
@@ -470,86 +465,3 @@ class LogReader(Paths):
         if found is None:
             found = self._put_tokens[inbox] = "put_token" in self.read(inbox).columns
         return found
-
-    def checkpoint_stats(self, path: str, latest: int | None = None,
-                         ) -> tuple[int, dict[str, dict[str, Any]]] | None:
-        """Version ``latest`` of ``path`` (None: the newest) and :meth:`files_at` of
-        it, from the Delta log alone: its last checkpoint (a Parquet file
-        listing every file with its statistics, read in one Spark job) moved
-        on through the commits since. What the portable engine has where the
-        accelerator reads a snapshot's state. None where the checkpoint is not
-        one classic Parquet file (multi-part, V2), is newer than ``latest``,
-        or a file it needs is gone."""
-        if latest is None:
-            latest = self.latest_version(path)
-        text = self.files.read(self.log_file(path, "_last_checkpoint"))
-        base, files = -1, dict[str, dict[str, Any]]()
-        if text is not None:
-            last = json.loads(text)
-            if last.get("parts") or last.get("v2Checkpoint"):
-                return None
-            base = int(last["version"])
-            try:
-                adds = (self.spark.read
-                        .parquet(self.log_file(path, f"{base:020d}.checkpoint.parquet"))
-                        .where("add IS NOT NULL").select("add.*"))
-                rows = adds.select("path", "size", "stats", *(
-                    ["deletionVector"] if "deletionVector" in adds.columns else [])).collect()
-            except AnalysisException:  # gone, or written without statistics as JSON
-                return None
-            files = {str(r["path"]): file_entry(r.asDict()) for r in rows}
-        found = self._replay(path, base, files, latest)
-        return None if found is None else (latest, found)
-
-    def _checksum_files(self, path: str, version: int) -> dict[str, dict[str, Any]] | None:
-        """:meth:`files_at` from the checksum file of ``version``, when it lists the files."""
-        text = self.files.read(self.log_file(path, f"{version:020d}.crc"))
-        if text is None:
-            return None
-        summary = json.loads(text)
-        listed = summary.get("allFiles")
-        if listed is None or len(listed) != summary.get("numFiles"):
-            return None
-        return {a["path"]: file_entry(a) for a in listed}
-
-    def _replay(self, path: str, version: int, files: dict[str, dict[str, Any]],
-                upto: int) -> dict[str, dict[str, Any]] | None:
-        """``files`` (the statistics at ``version``) moved on to ``upto`` by the
-        commits between; None when a commit file is gone (log retention) or
-        the log is behind ``version`` (the table was made anew at this path)."""
-        if upto < version:
-            return None
-        if upto == version:
-            return files
-        files = dict(files)
-        texts = self.commit_texts(path, range(version + 1, upto + 1))
-        for v in range(version + 1, upto + 1):
-            text = texts.get(v)
-            if text is None:
-                return None
-            actions = [json.loads(line) for line in text.splitlines()]
-            # removes first: a deletion vector re-adds the file it removes, by its path
-            for action in actions:
-                if "remove" in action:
-                    files.pop(action["remove"]["path"], None)
-            for action in actions:
-                if "add" in action:
-                    files[action["add"]["path"]] = file_entry(action["add"])
-        return files
-
-    def file_count(self, path: str, latest: int | None = None) -> int:
-        """About how many data files the table has (at version ``latest``, None: the
-        newest): the count in the newest of the last few commits' checksum
-        files (-1: none of them has one).
-
-        Delta writes ``<version>.crc`` with the table's file count beside most
-        commits; reading it costs no Spark job (Delta's own accessor,
-        ``numOfFilesIfKnown``, computes the snapshot's whole state for it).
-        """
-        if latest is None:
-            latest = self.latest_version(path)
-        for version in range(latest, max(-1, latest - 5), -1):
-            text = self.files.read(self.log_file(path, f"{version:020d}.crc"))
-            if text is not None:
-                return int(json.loads(text).get("numFiles", -1))
-        return -1

@@ -142,7 +142,7 @@ class PortableStore:
 
     def load_file_stats(self, path: str, latest: int) -> tuple[int, Files] | None:
         """From the log alone: its last checkpoint moved on through the commits
-        since (:meth:`LogReader.checkpoint_stats`)."""
+        since (:meth:`FileLog.checkpoint_stats`)."""
         return self.log.checkpoint_stats(path, latest)
 
     def append_if(self, path: str, row: dict[str, Any], tag: CommitTag,

@@ -30,7 +30,7 @@ from .schema import CommitTag, Cursor, PutFile
 
 __all__ = ["Files", "Store", "Transaction"]
 
-#: A table's data files by name, each with its statistics (``LogReader.files_at``).
+#: A table's data files by name, each with its statistics (``FileLog.files_at``).
 Files = dict[str, dict[str, Any]]
 
 

@@ -162,7 +162,7 @@ HEAD_READ_ROWS = 100_000
 
 
 #: Data files per tasks table whose leased rows a process keeps in mind for their
-#: ack (``LogReader.note_leased``): a consumer's batches in flight need a few.
+#: ack (``FileLog.note_leased``): a consumer's batches in flight need a few.
 LEASED_KNOWN = 1024
 
 #: Commit files per table whose text a process keeps (``LogReader.commit_texts``):

@@ -24,9 +24,9 @@ from pyspark.sql import types as T
 from ..errors import StorageError
 from . import schema, smallfiles
 from .dialect import Dialect
+from .filelog import FileLog
 from .files import LogFiles
 from .filestats import FILE_STATS, stats_of
-from .log import LogReader
 from .paths import settings
 from .protocol import Files
 from .schema import (
@@ -54,7 +54,7 @@ class DeltaTransaction:
 
     @property
     def files(self) -> Files | None:
-        """The snapshot's data files with their statistics (:meth:`LogReader.files_at`):
+        """The snapshot's data files with their statistics (:meth:`FileLog.files_at`):
         what the commit is checked against."""
         if self._files is False:
             self._files = self._store.log.files_at(self._path, self.version)
@@ -103,13 +103,13 @@ class AcceleratedStore:
     """The :class:`~sparkqueue.store.protocol.Store` of Delta's transaction API, for a
     root's tables on a classic session where Delta's classes are there
     (:func:`sparkqueue.store.jvm.delta_classes`); reads the log through that
-    root's :class:`LogReader` (``log``), its small files through Hadoop's
+    root's :class:`FileLog` (``log``), its small files through Hadoop's
     FileSystem (``files``)."""
 
     engine = "accelerated"
     commits_files = True
 
-    def __init__(self, log: LogReader, files: LogFiles, jvm: Any) -> None:
+    def __init__(self, log: FileLog, files: LogFiles, jvm: Any) -> None:
         self.log = log
         self.files = files
         self.spark = log.spark

@@ -19,7 +19,7 @@ from sparkqueue.store import (
     stats_of,
     whole_files,
 )
-from sparkqueue.store.log import LogReader
+from sparkqueue.store.filelog import FileLog
 from sparkqueue.store.schema import LEASE, LEASED_KNOWN, SETTLED
 from sparkqueue.store.sql import id_runs
 
@@ -152,7 +152,7 @@ def test_a_shards_ids_step_by_the_shard_count() -> None:
 
 
 def test_a_process_keeps_the_newest_leased_groups_in_mind_and_forgets_the_oldest() -> None:
-    reader = LogReader(None, "/root", None)  # type: ignore[arg-type]  # no read here
+    reader = FileLog(None, "/root", None)  # type: ignore[arg-type]  # no read here
     path = "/root/tubes/t/tasks"
     groups = LEASED_KNOWN + 1  # one file each, of ids 4k and 4k + 2: not a run
     files = {f"f{k}": file(4 * k, 4 * k + 2, "taken", owner="me", lease=NOW + 9, rows=2)
