@@ -180,6 +180,12 @@ def put_once(ctx: TubeContext, data: Any, single: bool, urgent: bool, opts: PutO
                            (CAPACITY_TXN, claim), first, before))
         # read at the put's own version: the sweeper purges ingested inbox rows later
         found = layout.commit_of(inbox, tag.token, before) if appended else None
+        if found is None and appended and layout.latest_version(inbox) < before:
+            # the tube was made anew since this process last looked (dropped, then
+            # created again elsewhere): its commit and cursor are read afresh
+            layout.forget(inbox)
+            layout.forget(layout.tasks(ctx.key))
+            anchor, found = layout.cursor(ctx.key), layout.commit_of(inbox, tag.token, -1)
         if found is not None:
             break
         if txn is not None:  # an idempotent append Delta skipped: written before

@@ -115,7 +115,10 @@ class HadoopFiles:
                        texts: dict[int, str] | None = None) -> int | None:
         """From ``known`` (or the last checkpoint), the commit files that follow it:
         on S3A one listing from ``known``'s commit file on, elsewhere a probe of
-        each next file. It reads no commit file, so ``texts`` stays as it was."""
+        each next file. It reads no commit file, so ``texts`` stays as it was.
+        A table made anew at the same place, whose newest commit is behind
+        ``known``, is read from its start."""
+        given = known
         if known < 0:
             last = self.read(delta_log(table, "_last_checkpoint"))
             known = -1 if last is None else int(json.loads(last)["version"])
@@ -127,6 +130,9 @@ class HadoopFiles:
             found += 1
         if found == known and not self.exists(delta_log(table)):
             return None
+        if found == known == given >= 0 and not self.exists(
+                delta_log(table, f"{known:020d}.json")):
+            return self.latest_version(table, -1)  # made anew, behind ``known``: from its start
         return found
 
     def latest_versions(self, tables: dict[str, int],

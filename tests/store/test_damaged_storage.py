@@ -251,3 +251,21 @@ def test_a_registry_version_without_its_checksum_is_read_by_time_travel(sq: Queu
         (local(layout.registry) / "_delta_log" / f"{version:020d}.crc").unlink()
         assert layout.store.listed_files(layout.registry, version) is None
     assert {v: names(v) for v in (first, second)} == listed
+
+
+def test_a_put_into_a_tube_made_anew_elsewhere_returns_its_rows_with_their_ids(
+        sq: Queue, spark: SparkSession, root: str, clock: FakeClock) -> None:
+    """A Queue that knew a tube's inbox and cursor puts to it again (a Tube opened
+    anew) after another Queue dropped the tube and created it anew in the same
+    folder, with fewer commits: the put finds its commit in the new inbox, and
+    its ids count from the new tube's start."""
+    t = with_tasks(sq)
+    t.put([{"n": i} for i in range(10, 20)])
+    t.release_all()
+    other = sparkqueue.connect(spark, root, owner="b", clock=clock)
+    other.tube("t").drop()
+    other.create_tube("t", "fifottl")
+    assert t.context.layout.tasks("t") == other.tube("t").context.layout.tasks("t")
+    put = sq.tube("t").put([{"n": 1}, {"n": 2}])
+    assert [(r["task_id"], r["data"]["n"]) for r in put.collect()] == [(0, 1), (1, 2)]
+    assert [r["task_id"] for r in other.tube("t").take(2).collect()] == [0, 1]
