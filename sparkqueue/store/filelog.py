@@ -1,6 +1,7 @@
-"""A table's data files with their statistics, from the Delta log alone: the
-checksum file Delta writes beside a commit, the last checkpoint, and the
-commit files since (each ``add`` carries its file's statistics)."""
+"""A table's data files: their statistics from the Delta log alone (the checksum
+file Delta writes beside a commit, the last checkpoint, and the commit files
+since: each ``add`` carries its file's statistics), the columns they hold, and
+the groups of them that this process's takes leased."""
 
 from __future__ import annotations
 
