@@ -127,8 +127,7 @@ def apply(ctx: TubeContext, op: Op, tasks: Any, extra: dict[str, Column] | None 
                               ahead, chooser is not None)
         tag = CommitTag.new(f"{op.name}+ack" if acking else op.name, **(tag_extra or {}))
         with ctx.layout.tagged(tag) as sess:
-            keep = ["utube"] if op.exclusive else []
-            picked = pick(sess, now, ids, chooser, collect_upto, keep, ctx.shards)
+            picked = pick(sess, now, ids, chooser, collect_upto, kept(op), ctx.shards)
             if picked is None and not acking:
                 return None
             if picked is not None and not acking and ranged(ctx, op, picked):
@@ -172,6 +171,12 @@ def settled(ctx: TubeContext, op: Op, ids: list[int] | DataFrame | None, who: st
     return before, now
 
 
+def kept(op: Op) -> list[str]:
+    """The columns a choice for ``op`` keeps beside ``task_id``: the sub-queue,
+    where ``op`` leases one task per free sub-queue (:func:`with_busy`)."""
+    return ["utube"] if op.exclusive else []
+
+
 def ranged(ctx: TubeContext, op: Op, picked: Picked) -> bool:
     """Whether ``picked`` is a whole run of ids that ``op`` changes by one range
     UPDATE (:func:`update_range`), not a MERGE."""
@@ -207,11 +212,10 @@ def merge_picked(ctx: TubeContext, sess: SparkSession, op: Op, picked: Picked | 
     """MERGE ``picked`` (and the ids ``acking`` acked alongside) for ``op``
     (:func:`merge_source`), with each chosen sub-queue's lease checked
     (``op.exclusive``) and the expiries counted in the tag."""
-    keep = ["utube"] if op.exclusive else []
     if picked is None:
         assert acking
         base = sess.createDataFrame([], ", ".join(
-            ["task_id long"] + [f"{k} string" for k in keep]))
+            ["task_id long"] + [f"{k} string" for k in kept(op)]))
         lo, hi, counts = acking[0], acking[-1], dict[str, int]()
     else:
         base, lo, hi, counts = picked.frame, picked.lo, picked.hi, picked.counts
